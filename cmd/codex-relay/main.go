@@ -1,0 +1,110 @@
+// Command codex-relay runs Codex Relay: a pool of upstream accounts behind one
+// Responses endpoint that Codex talks to as it talks to OpenAI.
+//
+// Every subcommand reads its configuration from flags and CODEX_RELAY_*
+// environment variables here, in cmd/, and passes plain values down.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], cli{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
+	stop()
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "codex-relay:", err)
+		os.Exit(1)
+	}
+}
+
+// cli is what a subcommand may touch of the process: its output streams and
+// its environment. Tests pass their own.
+type cli struct {
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+// command is one subcommand of codex-relay.
+type command struct {
+	summary string
+	run     func(ctx context.Context, c cli, args []string) error
+}
+
+// commands lists every subcommand; "serve" is the default.
+func commands() map[string]command {
+	return map[string]command{
+		"serve":   {"run the relay (the default when no subcommand is given)", runServe},
+		"migrate": {"apply the database migrations and exit", runMigrate},
+		"sim":     {"run the simulated upstream (ChatGPT backend and OpenAI Responses API)", runSim},
+	}
+}
+
+func run(ctx context.Context, args []string, c cli) error {
+	cmds := commands()
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") && args[0] != "-h" && args[0] != "--help" && args[0] != "-help" {
+		return cmds["serve"].run(ctx, c, args)
+	}
+	name := args[0]
+	switch name {
+	case "-h", "--help", "-help", "help":
+		usage(c.stdout, cmds)
+		return nil
+	}
+	cmd, ok := cmds[name]
+	if !ok {
+		usage(c.stderr, cmds)
+		return fmt.Errorf("unknown command %q", name)
+	}
+	return cmd.run(ctx, c, args[1:])
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "Usage: codex-relay [command] [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'codex-relay <command> --help' for the flags of one command.")
+}
+
+// newFlagSet returns a flag set whose -help output names the command, its
+// purpose and every flag with its environment variable and default.
+func newFlagSet(c cli, name, purpose string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(c.stderr, "Usage: codex-relay %s [flags]\n\n%s\n\nFlags:\n", name, purpose)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// envOr returns the environment variable key when it is set and not blank, else def.
+func envOr(c cli, key, def string) string {
+	if v := strings.TrimSpace(c.getenv(key)); v != "" {
+		return v
+	}
+	return def
+}
