@@ -1,0 +1,211 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"time"
+)
+
+// ClientKeyPrefix starts every relay client key, so a leaked one is easy to
+// recognise and never mistaken for an upstream key.
+const ClientKeyPrefix = "crk_"
+
+// ClientKey is a relay key Codex authenticates with. Only a hash of the
+// secret is stored; the secret is shown once, when the key is created.
+type ClientKey struct {
+	ID            string
+	Name          string
+	Prefix        string   // the first characters of the secret, for display
+	ScopeAccounts []string // empty: every account (unless ScopeTag is set)
+	ScopeTag      string   // accounts carrying this tag
+	Models        []string // empty: every model
+	ExpiresAt     time.Time
+	CreatedAt     time.Time
+	LastUsedAt    time.Time
+	RevokedAt     time.Time
+	RequestCount  int64
+}
+
+// AllowsAccount reports whether the key's scope admits account a.
+func (k ClientKey) AllowsAccount(a Account) bool {
+	if len(k.ScopeAccounts) == 0 && k.ScopeTag == "" {
+		return true
+	}
+	for _, id := range k.ScopeAccounts {
+		if id == a.ID {
+			return true
+		}
+	}
+	if k.ScopeTag != "" {
+		for _, t := range a.Tags {
+			if t == k.ScopeTag {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Usable reports whether the key may authenticate at now.
+func (k ClientKey) Usable(now time.Time) bool {
+	return k.RevokedAt.IsZero() && (k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt))
+}
+
+type clientKeyRow struct {
+	ID            string `db:"id"`
+	Name          string `db:"name"`
+	Prefix        string `db:"prefix"`
+	KeyHash       string `db:"key_hash"`
+	ScopeAccounts string `db:"scope_accounts"`
+	ScopeTag      string `db:"scope_tag"`
+	Models        string `db:"models"`
+	ExpiresAt     *int64 `db:"expires_at"`
+	CreatedAt     int64  `db:"created_at"`
+	LastUsedAt    *int64 `db:"last_used_at"`
+	RevokedAt     *int64 `db:"revoked_at"`
+	RequestCount  int64  `db:"request_count"`
+}
+
+func (r clientKeyRow) key() ClientKey {
+	return ClientKey{
+		ID: r.ID, Name: r.Name, Prefix: r.Prefix,
+		ScopeAccounts: splitList(r.ScopeAccounts), ScopeTag: r.ScopeTag, Models: splitList(r.Models),
+		ExpiresAt: fromMillis(r.ExpiresAt), CreatedAt: time.UnixMilli(r.CreatedAt).UTC(),
+		LastUsedAt: fromMillis(r.LastUsedAt), RevokedAt: fromMillis(r.RevokedAt), RequestCount: r.RequestCount,
+	}
+}
+
+const clientKeyColumns = `id, name, prefix, key_hash, scope_accounts, scope_tag, models, expires_at,
+	created_at, last_used_at, revoked_at, request_count`
+
+// HashClientKey is the stored form of a client key secret. The secret holds
+// 190 random bits, so a plain SHA-256 cannot be reversed or guessed.
+func HashClientKey(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// randomToken returns n characters drawn uniformly from base62.
+func randomToken(n int) string {
+	b := make([]byte, n)
+	max := big.NewInt(int64(len(base62)))
+	for i := range b {
+		v, err := rand.Int(rand.Reader, max)
+		if err != nil {
+			panic("crypto/rand failed: " + err.Error())
+		}
+		b[i] = base62[v.Int64()]
+	}
+	return string(b)
+}
+
+// NewSecret returns prefix followed by 32 random base62 characters.
+func NewSecret(prefix string) string { return prefix + randomToken(32) }
+
+// CreateClientKey makes a new key and returns it with its secret, which is
+// not stored and cannot be read again.
+func (s *Store) CreateClientKey(ctx context.Context, k ClientKey) (ClientKey, string, error) {
+	now := s.now()
+	secret := NewSecret(ClientKeyPrefix)
+	k.ID = NewID("key", now)
+	k.Prefix = secret[:len(ClientKeyPrefix)+6]
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO client_keys (id, name, prefix, key_hash, scope_accounts,
+		scope_tag, models, expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		k.ID, k.Name, k.Prefix, HashClientKey(secret), joinList(k.ScopeAccounts), strings.TrimSpace(k.ScopeTag),
+		joinList(k.Models), millis(k.ExpiresAt), now.UnixMilli())
+	if err != nil {
+		return ClientKey{}, "", fmt.Errorf("create client key: %w", err)
+	}
+	created, err := s.ClientKey(ctx, k.ID)
+	return created, secret, err
+}
+
+// ClientKey reads one key by id.
+func (s *Store) ClientKey(ctx context.Context, id string) (ClientKey, error) {
+	var r clientKeyRow
+	err := s.db.GetContext(ctx, &r, s.q(`SELECT `+clientKeyColumns+` FROM client_keys WHERE id = ?`), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ClientKey{}, fmt.Errorf("client key %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return ClientKey{}, fmt.Errorf("read client key: %w", err)
+	}
+	return r.key(), nil
+}
+
+// ClientKeys lists every key, revoked ones included, newest first.
+func (s *Store) ClientKeys(ctx context.Context) ([]ClientKey, error) {
+	var rows []clientKeyRow
+	if err := s.db.SelectContext(ctx, &rows, `SELECT `+clientKeyColumns+` FROM client_keys ORDER BY created_at DESC, id DESC`); err != nil {
+		return nil, fmt.Errorf("list client keys: %w", err)
+	}
+	out := make([]ClientKey, len(rows))
+	for i, r := range rows {
+		out[i] = r.key()
+	}
+	return out, nil
+}
+
+// RevokeClientKey revokes a key at once; revoking twice keeps the first time.
+func (s *Store) RevokeClientKey(ctx context.Context, id string) (ClientKey, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE client_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`),
+		s.now().UnixMilli(), id)
+	if err := affectedOne(res, err, "revoke client key", id); err != nil {
+		return ClientKey{}, err
+	}
+	return s.ClientKey(ctx, id)
+}
+
+// ErrKeyRejected means a presented client key is unknown, revoked or expired.
+var ErrKeyRejected = errors.New("client key rejected")
+
+// AuthenticateClientKey finds the usable key whose secret is presented.
+func (s *Store) AuthenticateClientKey(ctx context.Context, secret string) (ClientKey, error) {
+	if !strings.HasPrefix(secret, ClientKeyPrefix) {
+		return ClientKey{}, ErrKeyRejected
+	}
+	var r clientKeyRow
+	err := s.db.GetContext(ctx, &r, s.q(`SELECT `+clientKeyColumns+` FROM client_keys WHERE key_hash = ?`), HashClientKey(secret))
+	if errors.Is(err, sql.ErrNoRows) {
+		return ClientKey{}, ErrKeyRejected
+	}
+	if err != nil {
+		return ClientKey{}, fmt.Errorf("authenticate client key: %w", err)
+	}
+	k := r.key()
+	if !k.Usable(s.now()) {
+		return ClientKey{}, ErrKeyRejected
+	}
+	return k, nil
+}
+
+// CountClientKeys reports how many keys are usable now; with none, the relay
+// serves loopback clients only.
+func (s *Store) CountClientKeys(ctx context.Context) (int, error) {
+	var n int
+	now := s.now().UnixMilli()
+	err := s.db.GetContext(ctx, &n, s.q(`SELECT COUNT(*) FROM client_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`), now)
+	if err != nil {
+		return 0, fmt.Errorf("count client keys: %w", err)
+	}
+	return n, nil
+}
+
+// TouchClientKey records one request made with the key.
+func (s *Store) TouchClientKey(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, s.q(`UPDATE client_keys SET last_used_at = ?, request_count = request_count + 1 WHERE id = ?`),
+		s.now().UnixMilli(), id)
+	if err != nil {
+		return fmt.Errorf("touch client key: %w", err)
+	}
+	return nil
+}

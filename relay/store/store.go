@@ -1,0 +1,182 @@
+// Package store keeps the relay's durable state (accounts, client keys,
+// bindings, the request log, diagnostics, settings) in SQLite or PostgreSQL.
+//
+// One implementation on sqlx serves both drivers: SQLite through the pure-Go
+// modernc.org/sqlite (the embedded default, one process) and PostgreSQL
+// through lib/pq (required for several replicas). Queries are written with ?
+// placeholders and rebound for the driver; the schema is the portable one in
+// package migrations. A *Store is safe for concurrent use.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq"   // PostgreSQL driver "postgres"
+	_ "modernc.org/sqlite" // SQLite driver "sqlite"
+)
+
+// Dialect names the database flavour behind a Store.
+type Dialect string
+
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+// Location is a parsed CODEX_RELAY_DATABASE_URL.
+type Location struct {
+	Dialect Dialect
+	// DSN is what the driver opens.
+	DSN string
+	// Path is the SQLite database file; empty for PostgreSQL.
+	Path string
+}
+
+// DefaultSQLitePath is where the database lives when none is configured.
+const DefaultSQLitePath = "data/codex-relay.db"
+
+// ParseLocation reads a database URL: "postgres://..." or "postgresql://..."
+// selects PostgreSQL; "sqlite:PATH", "sqlite://PATH", "file:PATH" or a plain
+// file path selects SQLite. An empty string means DefaultSQLitePath.
+func ParseLocation(raw string) (Location, error) {
+	raw = strings.TrimSpace(raw)
+	lower := strings.ToLower(raw)
+	switch {
+	case raw == "":
+		return sqliteLocation(DefaultSQLitePath)
+	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
+		if _, err := url.Parse(raw); err != nil {
+			return Location{}, fmt.Errorf("database url: %w", err)
+		}
+		return Location{Dialect: Postgres, DSN: raw}, nil
+	case strings.HasPrefix(lower, "sqlite://"):
+		return sqliteLocation(raw[len("sqlite://"):])
+	case strings.HasPrefix(lower, "sqlite:"):
+		return sqliteLocation(raw[len("sqlite:"):])
+	case strings.HasPrefix(lower, "file:"):
+		return sqliteLocation(raw[len("file:"):])
+	case strings.Contains(raw, "://"):
+		return Location{}, fmt.Errorf("database url: unsupported scheme in %q (use postgres://, sqlite: or a file path)", redactURL(raw))
+	default:
+		return sqliteLocation(raw)
+	}
+}
+
+func sqliteLocation(path string) (Location, error) {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	if path == "" {
+		return Location{}, errors.New("database url: empty SQLite path")
+	}
+	// WAL lets readers run beside the single writer; IMMEDIATE transactions take
+	// the write lock up front so a read-then-write transaction never fails
+	// half-way with SQLITE_BUSY; busy_timeout makes writers queue instead of fail.
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Set("_txlock", "immediate")
+	return Location{Dialect: SQLite, Path: path, DSN: "file:" + path + "?" + q.Encode()}, nil
+}
+
+// redactURL drops the password from a URL for messages and logs.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparseable url>"
+	}
+	return u.Redacted()
+}
+
+// String describes the location without secrets.
+func (l Location) String() string {
+	if l.Dialect == SQLite {
+		return "sqlite:" + l.Path
+	}
+	return redactURL(l.DSN)
+}
+
+// Store is the relay's database.
+type Store struct {
+	db      *sqlx.DB // static after construction; safe for concurrent use
+	loc     Location // static after construction
+	sealer  *Sealer  // static after construction
+	nowFunc func() time.Time
+}
+
+// Options configure Open.
+type Options struct {
+	// SecretKey encrypts credentials at rest; see NewSealer.
+	SecretKey []byte
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Open connects to the database at loc. It does not migrate: call Migrate.
+func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
+	sealer, err := NewSealer(opts.SecretKey)
+	if err != nil {
+		return nil, err
+	}
+	if loc.Dialect == SQLite {
+		if dir := filepath.Dir(loc.Path); dir != "" {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("open database: create folder: %w", err)
+			}
+		}
+	}
+	db, err := sqlx.Open(string(loc.Dialect), loc.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if loc.Dialect == SQLite {
+		// One writer at a time is SQLite's nature; a small pool serves readers.
+		db.SetMaxOpenConns(4)
+	} else {
+		db.SetMaxOpenConns(20)
+		db.SetMaxIdleConns(10)
+		db.SetConnMaxIdleTime(5 * time.Minute)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open database %s: %w", loc, err)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{db: db, loc: loc, sealer: sealer, nowFunc: now}, nil
+}
+
+// Close releases the connection pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Dialect reports which database this is.
+func (s *Store) Dialect() Dialect { return s.loc.Dialect }
+
+// Location reports where the database is.
+func (s *Store) Location() Location { return s.loc }
+
+// Ping checks the database answers, within a short deadline.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return s.db.PingContext(ctx)
+}
+
+func (s *Store) now() time.Time { return s.nowFunc() }
+
+// q rebinds a query written with ? placeholders for the driver.
+func (s *Store) q(query string) string { return s.db.Rebind(query) }

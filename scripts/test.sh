@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: brings up what the tests need
+# (Node packages, Chromium, a throwaway PostgreSQL), runs vet and every Go test
+# with the race detector, and tears down what it started.
+#
+#   ./scripts/test.sh            everything
+#   ./scripts/test.sh ./relay/...  only some packages (arguments go to go test)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# --- Node packages: the real Codex CLI and playwright-core, pinned in package-lock.json.
+if [ ! -x node_modules/.bin/codex ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  log "npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+# --- Chromium for the console tests, from Debian, only when missing.
+if ! command -v chromium >/dev/null 2>&1; then
+  log "apt-get install chromium"
+  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+fi
+export CODEX_RELAY_CHROMIUM=${CODEX_RELAY_CHROMIUM:-$(command -v chromium)}
+
+# --- A throwaway PostgreSQL in a temp folder, as a non-root user, on a free loopback port.
+pgdir=""
+stop_pg() {
+  if [ -n "$pgdir" ] && [ -d "$pgdir/data" ]; then
+    as_pg pg_ctl -D "$pgdir/data" stop -m fast >/dev/null 2>&1 || true
+    rm -rf "$pgdir"
+  fi
+}
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+trap stop_pg EXIT
+if [ -z "${CODEX_RELAY_TEST_POSTGRES:-}" ]; then
+  command -v initdb >/dev/null || { echo "PostgreSQL binaries (initdb, postgres) are missing: apt-get install postgresql" >&2; exit 1; }
+  pgdir=$(mktemp -d /tmp/codex-relay-pg.XXXXXX)
+  chmod 755 "$pgdir"
+  [ "$(id -u)" = 0 ] && chown postgres "$pgdir"
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 55432)
+  log "PostgreSQL on 127.0.0.1:$port ($pgdir)"
+  as_pg initdb -D "$pgdir/data" -A trust -U postgres >/dev/null
+  as_pg pg_ctl -D "$pgdir/data" -l "$pgdir/log" -w -t 60 \
+    -o "-p $port -k $pgdir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off" start >/dev/null
+  for _ in $(seq 1 100); do pg_isready -q -h 127.0.0.1 -p "$port" && break; sleep 0.1; done
+  export CODEX_RELAY_TEST_POSTGRES="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+fi
+
+# Missing Codex, PostgreSQL or Chromium fails the tests instead of skipping them.
+export CODEX_RELAY_REQUIRE_E2E=1
+
+log "go vet"
+go vet ./...
+log "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*'))
+if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
+
+log "go test -race"
+if [ $# -eq 0 ]; then set -- ./...; fi
+go test -race -count=1 -timeout 15m "$@"
