@@ -37,6 +37,8 @@ type cli struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// listening, when set, is told the address serve listens on (tests).
+	listening func(addr string)
 }
 
 // command is one subcommand of codex-relay.
@@ -99,6 +101,22 @@ func newFlagSet(c cli, name, purpose string) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// withEnvNotes adds the secrets that are read only from the environment
+// (never flags, so they do not show in process listings) to a usage text.
+func withEnvNotes(usage func(), c cli) func() {
+	return func() {
+		usage()
+		fmt.Fprint(c.stderr, `
+Environment only (secrets are never flags):
+  CODEX_RELAY_ADMIN_TOKEN   admin API and console token; when unset one is generated,
+                            printed once and kept (hashed) in the database
+  CODEX_RELAY_SECRET_KEY    key that encrypts account credentials at rest (16+ characters);
+                            when unset with SQLite, a key file secret.key is generated beside
+                            the database (mode 0600); required with PostgreSQL
+`)
+	}
 }
 
 // envOr returns the environment variable key when it is set and not blank, else def.

@@ -152,6 +152,9 @@ const accountColumns = `id, kind, label, base_url, organization, chatgpt_account
 func credentialsAAD(id string) []byte { return []byte("account:" + id) }
 
 func (s *Store) sealCredentials(id string, c Credentials) (string, error) {
+	if s.sealer == nil {
+		return "", ErrNoSecretKey
+	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		return "", err
@@ -313,6 +316,9 @@ func (s *Store) Credentials(ctx context.Context, id string) (Credentials, error)
 	}
 	if err != nil {
 		return Credentials{}, fmt.Errorf("read credentials: %w", err)
+	}
+	if s.sealer == nil {
+		return Credentials{}, ErrNoSecretKey
 	}
 	pt, err := s.sealer.Open(sealed, credentialsAAD(id))
 	if err != nil {

@@ -14,6 +14,10 @@ var ErrNotFound = errors.New("not found")
 // ErrConflict is returned when a write would break a uniqueness rule.
 var ErrConflict = errors.New("conflict")
 
+// ErrNoSecretKey means the store was opened without a secret key and was
+// asked to seal or open credentials.
+var ErrNoSecretKey = errors.New("no secret key configured: credentials cannot be read or written")
+
 // isUniqueViolation reports whether err is a unique or primary-key violation
 // from either driver.
 func isUniqueViolation(err error) bool {

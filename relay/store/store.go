@@ -110,13 +110,14 @@ func (l Location) String() string {
 type Store struct {
 	db      *sqlx.DB // static after construction; safe for concurrent use
 	loc     Location // static after construction
-	sealer  *Sealer  // static after construction
+	sealer  *Sealer  // static after construction; nil without a secret key
 	nowFunc func() time.Time
 }
 
 // Options configure Open.
 type Options struct {
-	// SecretKey encrypts credentials at rest; see NewSealer.
+	// SecretKey encrypts credentials at rest; see NewSealer. Without it the
+	// store can migrate and read everything but credentials (ErrNoSecretKey).
 	SecretKey []byte
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
@@ -124,9 +125,12 @@ type Options struct {
 
 // Open connects to the database at loc. It does not migrate: call Migrate.
 func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
-	sealer, err := NewSealer(opts.SecretKey)
-	if err != nil {
-		return nil, err
+	var sealer *Sealer
+	if opts.SecretKey != nil {
+		var err error
+		if sealer, err = NewSealer(opts.SecretKey); err != nil {
+			return nil, err
+		}
 	}
 	if loc.Dialect == SQLite {
 		if dir := filepath.Dir(loc.Path); dir != "" {

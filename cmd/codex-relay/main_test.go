@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/store/storetest"
+)
+
+// syncBuffer is a bytes.Buffer safe to write from the command and read from the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type running struct {
+	url    string
+	stdout *syncBuffer
+	stderr *syncBuffer
+	stop   func() error
+}
+
+// start runs `codex-relay serve` in-process with env and waits until it listens.
+func start(t *testing.T, env map[string]string) *running {
+	t.Helper()
+	env["CODEX_RELAY_ADDR"] = "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	c := cli{stdout: out, stderr: errOut, getenv: func(k string) string { return env[k] }, listening: func(a string) { addr <- a }}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, c) }()
+	select {
+	case a := <-addr:
+		var once sync.Once
+		var stopErr error
+		stop := func() error {
+			once.Do(func() {
+				cancel()
+				select {
+				case stopErr = <-done:
+				case <-time.After(30 * time.Second):
+					stopErr = errors.New("serve did not stop within 30s")
+				}
+			})
+			return stopErr
+		}
+		t.Cleanup(func() { _ = stop() })
+		return &running{url: "http://" + a, stdout: out, stderr: errOut, stop: stop}
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve ended before listening: %v\nstderr: %s", err, errOut.String())
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatalf("serve did not listen within 60s\nstderr: %s", errOut.String())
+	}
+	return nil
+}
+
+func request(t *testing.T, method, url, token string, body any) (int, map[string]any, string) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, r)
+	require.NoError(t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, out, string(raw)
+}
+
+var generatedToken = regexp.MustCompile(`Admin token \(shown once[^)]*\): (cra_[0-9A-Za-z]{32})`)
+
+// The checks a user runs on a fresh start, and that a second start on the
+// same database keeps accounts, keys and the admin token.
+func exerciseServe(t *testing.T, env map[string]string, wantGeneratedToken bool) {
+	r := start(t, env)
+	token := env["CODEX_RELAY_ADMIN_TOKEN"]
+	if wantGeneratedToken {
+		m := generatedToken.FindStringSubmatch(r.stdout.String())
+		require.NotNil(t, m, "a generated admin token is printed: %q", r.stdout.String())
+		token = m[1]
+		assert.NotContains(t, r.stderr.String(), token, "the admin token is never logged")
+	}
+
+	code, body, _ := request(t, "GET", r.url+"/healthz", "", nil)
+	assert.Equal(t, 200, code)
+	assert.Equal(t, "ok", body["status"])
+	code, body, _ = request(t, "GET", r.url+"/readyz", "", nil)
+	assert.Equal(t, 200, code)
+	assert.Equal(t, "ready", body["status"])
+
+	newAccount := map[string]any{"label": "k1", "kind": "openai", "base_url": "http://127.0.0.1:9/v1", "organization": "org-a", "api_key": "sk-persist-me"}
+	code, _, _ = request(t, "POST", r.url+"/api/v1/accounts", "", newAccount)
+	assert.Equal(t, 401, code, "no token, no account")
+	code, _, _ = request(t, "POST", r.url+"/api/v1/keys", "wrong-token", map[string]any{"name": "x"})
+	assert.Equal(t, 401, code, "wrong token, no key")
+	code, acc, raw := request(t, "POST", r.url+"/api/v1/accounts", token, newAccount)
+	require.Equal(t, 201, code, raw)
+	code, key, raw := request(t, "POST", r.url+"/api/v1/keys", token, map[string]any{"name": "laptop"})
+	require.Equal(t, 201, code, raw)
+	require.True(t, strings.HasPrefix(key["key"].(string), "crk_"))
+
+	code, _, metrics := request(t, "GET", r.url+"/metrics", "", nil)
+	assert.Equal(t, 200, code)
+	assert.Contains(t, metrics, "go_goroutines")
+	assert.Contains(t, metrics, "process_cpu_seconds_total")
+	assert.Contains(t, metrics, `codex_relay_http_requests_total{code="201",method="POST",route="/api/v1/accounts"} 1`)
+	require.NoError(t, r.stop())
+
+	again := start(t, env)
+	if wantGeneratedToken {
+		assert.NotContains(t, again.stdout.String(), "Admin token", "the token is printed once, not on every start")
+	}
+	code, list, raw := request(t, "GET", again.url+"/api/v1/accounts", token, nil)
+	require.Equal(t, 200, code, raw)
+	require.Len(t, list["accounts"], 1)
+	assert.Equal(t, acc["id"], list["accounts"].([]any)[0].(map[string]any)["id"])
+	code, keys, _ := request(t, "GET", again.url+"/api/v1/keys", token, nil)
+	require.Equal(t, 200, code)
+	require.Len(t, keys["keys"], 1)
+	// The credentials still decrypt after a restart: rotating through PATCH reads them first.
+	code, _, raw = request(t, "PATCH", again.url+"/api/v1/accounts/"+acc["id"].(string), token, map[string]any{"label": "renamed"})
+	require.Equal(t, 200, code, raw)
+	require.NoError(t, again.stop())
+}
+
+func TestServeSQLite(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "db", "relay.db")
+	exerciseServe(t, map[string]string{"CODEX_RELAY_DATABASE_URL": db}, true)
+
+	st, err := os.Stat(filepath.Join(dir, "db", secretKeyFile))
+	require.NoError(t, err, "a secret key file is generated beside the SQLite database")
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	key, err := os.ReadFile(filepath.Join(dir, "db", secretKeyFile))
+	require.NoError(t, err)
+
+	// The stored credentials open with that key file and with nothing else.
+	loc, err := store.ParseLocation(db)
+	require.NoError(t, err)
+	s, err := store.Open(context.Background(), loc, store.Options{SecretKey: []byte(strings.TrimSpace(string(key)))})
+	require.NoError(t, err)
+	defer s.Close()
+	accounts, err := s.Accounts(context.Background())
+	require.NoError(t, err)
+	require.Len(t, accounts, 1)
+	cred, err := s.Credentials(context.Background(), accounts[0].ID)
+	require.NoError(t, err)
+	assert.Equal(t, "sk-persist-me", cred.APIKey)
+}
+
+func TestServePostgres(t *testing.T) {
+	url := storetest.PostgresURL(t)
+	exerciseServe(t, map[string]string{
+		"CODEX_RELAY_DATABASE_URL": url,
+		"CODEX_RELAY_SECRET_KEY":   "a-postgres-secret-key-for-tests",
+		"CODEX_RELAY_ADMIN_TOKEN":  "an-admin-token-from-the-env",
+	}, false)
+}
+
+func TestServeRefusesBadConfig(t *testing.T) {
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"postgres without a secret key", map[string]string{"CODEX_RELAY_DATABASE_URL": "postgres://127.0.0.1:1/x"}, nil, "CODEX_RELAY_SECRET_KEY is required"},
+		{"short secret key", map[string]string{"CODEX_RELAY_DATABASE_URL": filepath.Join(t.TempDir(), "r.db"), "CODEX_RELAY_SECRET_KEY": "short"}, nil, "at least 16"},
+		{"unknown scheme", map[string]string{"CODEX_RELAY_DATABASE_URL": "mysql://x"}, nil, "unsupported scheme"},
+		{"bad log format", map[string]string{}, []string{"serve", "-log-format", "xml"}, "log-format"},
+		{"stray argument", map[string]string{}, []string{"serve", "extra"}, "unexpected argument"},
+		{"unknown command", map[string]string{}, []string{"frobnicate"}, "unknown command"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut syncBuffer
+			err := run(context.Background(), tc.args, cli{stdout: &out, stderr: &errOut, getenv: func(k string) string { return tc.env[k] }})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestHelpForEveryCommand(t *testing.T) {
+	var out, errOut syncBuffer
+	require.NoError(t, run(context.Background(), []string{"--help"}, cli{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}))
+	for name := range commands() {
+		assert.Contains(t, out.String(), name)
+		t.Run(name, func(t *testing.T) {
+			var out, errOut syncBuffer
+			err := run(context.Background(), []string{name, "--help"}, cli{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }})
+			assert.ErrorIs(t, err, flag.ErrHelp)
+			assert.Contains(t, errOut.String(), "Usage: codex-relay "+name)
+		})
+	}
+}
+
+func TestMigrateCommand(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "m.db")
+	var out, errOut syncBuffer
+	err := run(context.Background(), []string{"migrate", "-database-url", "sqlite:" + db}, cli{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }})
+	require.NoError(t, err, errOut.String())
+	assert.Regexp(t, `schema version (\d+) of (\d+)`, out.String())
+	m := regexp.MustCompile(`version (\d+) of (\d+)`).FindStringSubmatch(out.String())
+	require.NotNil(t, m)
+	assert.Equal(t, m[2], m[1], "fully migrated")
+	_, err = os.Stat(filepath.Join(filepath.Dir(db), secretKeyFile))
+	assert.ErrorIs(t, err, os.ErrNotExist, "migrate needs and makes no secret key")
+}

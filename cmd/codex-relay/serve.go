@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/codexrelay/codex-relay/web"
+)
+
+// DefaultAddr is where the relay listens unless told otherwise.
+const DefaultAddr = "127.0.0.1:2455"
+
+func runServe(ctx context.Context, c cli, args []string) error {
+	fs := newFlagSet(c, "serve", "Run the relay: Codex's Responses API in front of the account pool, the admin API under /api/v1, and /healthz, /readyz, /metrics.")
+	var db dbFlags
+	db.register(fs, c)
+	addr := fs.String("addr", envOr(c, "CODEX_RELAY_ADDR", DefaultAddr), "listen address (env CODEX_RELAY_ADDR)")
+	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "how long open requests may finish after SIGINT/SIGTERM")
+	fs.Usage = withEnvNotes(fs.Usage, c)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	log, err := newLogger(c.stderr, db.logFormat, db.logLevel)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, c, db, log, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	adminHash, err := resolveAdminToken(ctx, c, st, log)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg})
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("codex-relay listening", "addr", ln.Addr().String(), "database", st.Location().String())
+	if c.listening != nil {
+		c.listening(ln.Addr().String())
+	}
+	return serveUntilDone(ctx, hs, ln, *shutdown, log)
+}
+
+// serveUntilDone serves until ctx ends, then shuts down gracefully within
+// grace; requests still open after it are cut.
+func serveUntilDone(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger) error {
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", grace.String())
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		hs.Close()
+		err = nil
+	}
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return serr
+	}
+	return err
+}
+
+func runMigrate(ctx context.Context, c cli, args []string) error {
+	fs := newFlagSet(c, "migrate", "Apply the database migrations (under a lock, safe beside running replicas) and exit. The relay also does this at start.")
+	var db dbFlags
+	db.register(fs, c)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(c.stderr, db.logFormat, db.logLevel)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, c, db, log, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cur, latest, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "database %s at schema version %d of %d\n", st.Location(), cur, latest)
+	return nil
+}

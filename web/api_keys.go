@@ -1,0 +1,140 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// keyView is a client key as the API shows it; Key is set only in the answer
+// that created it.
+type keyView struct {
+	ID           string     `json:"id"`
+	Name         string     `json:"name"`
+	Prefix       string     `json:"prefix"`
+	Key          string     `json:"key,omitempty"`
+	AccountIDs   []string   `json:"account_ids"`
+	AccountTag   string     `json:"account_tag"`
+	Models       []string   `json:"models"`
+	ExpiresAt    *time.Time `json:"expires_at"`
+	CreatedAt    time.Time  `json:"created_at"`
+	LastUsedAt   *time.Time `json:"last_used_at"`
+	RevokedAt    *time.Time `json:"revoked_at"`
+	RequestCount int64      `json:"request_count"`
+}
+
+func nonNil(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
+}
+
+func viewKey(k store.ClientKey) keyView {
+	return keyView{
+		ID: k.ID, Name: k.Name, Prefix: k.Prefix, AccountIDs: nonNil(k.ScopeAccounts), AccountTag: k.ScopeTag,
+		Models: nonNil(k.Models), ExpiresAt: optTime(k.ExpiresAt), CreatedAt: k.CreatedAt,
+		LastUsedAt: optTime(k.LastUsedAt), RevokedAt: optTime(k.RevokedAt), RequestCount: k.RequestCount,
+	}
+}
+
+// keyForm is the body of POST /keys. Scope: account_ids, or account_tag, or
+// neither for every account. Expiry: expires_at (RFC 3339) or expires_in (a
+// Go duration such as "720h").
+type keyForm struct {
+	Name       string   `json:"name"`
+	AccountIDs []string `json:"account_ids"`
+	AccountTag string   `json:"account_tag"`
+	Models     []string `json:"models"`
+	ExpiresAt  string   `json:"expires_at"`
+	ExpiresIn  string   `json:"expires_in"`
+}
+
+func (s *Server) createKey(c echo.Context) error {
+	ctx := c.Request().Context()
+	var f keyForm
+	if err := decodeJSON(c, &f); err != nil {
+		return err
+	}
+	k := store.ClientKey{Name: strings.TrimSpace(f.Name), ScopeTag: strings.TrimSpace(f.AccountTag), Models: f.Models}
+	if k.Name == "" {
+		return badField("name", "required: say who or what uses the key")
+	}
+	if len(k.Name) > 200 {
+		return badField("name", "at most 200 characters")
+	}
+	if len(f.AccountIDs) > 0 && k.ScopeTag != "" {
+		return badField("account_tag", "give account_ids or account_tag, not both")
+	}
+	for _, id := range f.AccountIDs {
+		if _, err := s.cfg.Store.Account(ctx, strings.TrimSpace(id)); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return badField("account_ids", "no account %q", id)
+			}
+			return err
+		}
+		k.ScopeAccounts = append(k.ScopeAccounts, strings.TrimSpace(id))
+	}
+	switch {
+	case f.ExpiresAt != "" && f.ExpiresIn != "":
+		return badField("expires_in", "give expires_at or expires_in, not both")
+	case f.ExpiresAt != "":
+		t, err := time.Parse(time.RFC3339, f.ExpiresAt)
+		if err != nil {
+			return badField("expires_at", "must be an RFC 3339 time such as 2027-01-31T00:00:00Z")
+		}
+		if !t.After(time.Now()) {
+			return badField("expires_at", "must be in the future")
+		}
+		k.ExpiresAt = t
+	case f.ExpiresIn != "":
+		d, err := time.ParseDuration(f.ExpiresIn)
+		if err != nil || d <= 0 {
+			return badField("expires_in", "must be a positive duration such as 720h")
+		}
+		k.ExpiresAt = time.Now().Add(d)
+	}
+	created, secret, err := s.cfg.Store.CreateClientKey(ctx, k)
+	if err != nil {
+		return err
+	}
+	v := viewKey(created)
+	v.Key = secret
+	c.Response().Header().Set("Cache-Control", "no-store")
+	c.Response().Header().Set("Location", "/api/v1/keys/"+created.ID)
+	return c.JSON(http.StatusCreated, v)
+}
+
+func (s *Server) listKeys(c echo.Context) error {
+	keys, err := s.cfg.Store.ClientKeys(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	out := make([]keyView, len(keys))
+	for i, k := range keys {
+		out[i] = viewKey(k)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"keys": out})
+}
+
+func (s *Server) getKey(c echo.Context) error {
+	k, err := s.cfg.Store.ClientKey(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewKey(k))
+}
+
+// revokeKey revokes rather than deletes, so the request log keeps naming it.
+func (s *Server) revokeKey(c echo.Context) error {
+	k, err := s.cfg.Store.RevokeClientKey(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewKey(k))
+}

@@ -1,0 +1,100 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// HTTPError is an error with the answer the client sees kept apart from the
+// cause that is logged: Code and Msg are shown, Err is not.
+type HTTPError struct {
+	Status int    // HTTP status
+	Code   string // machine-readable code, e.g. "invalid_field"
+	Msg    string // shown to the client
+	Field  string // the offending input field, for 400s
+	Err    error  // the cause; logged, never shown
+}
+
+func (e *HTTPError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%d %s: %s: %v", e.Status, e.Code, e.Msg, e.Err)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Msg)
+}
+
+func (e *HTTPError) Unwrap() error { return e.Err }
+
+// badField is a 400 naming the field that is wrong.
+func badField(field, format string, args ...any) *HTTPError {
+	return &HTTPError{Status: http.StatusBadRequest, Code: "invalid_field", Field: field,
+		Msg: field + ": " + fmt.Sprintf(format, args...)}
+}
+
+// errorBody is the one JSON error shape of the API.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// toHTTPError maps any error a handler returns to what the client sees.
+func toHTTPError(err error) *HTTPError {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return he
+	}
+	var ee *echo.HTTPError
+	if errors.As(err, &ee) {
+		msg := http.StatusText(ee.Code)
+		if m, ok := ee.Message.(string); ok && m != "" {
+			msg = m
+		}
+		code := "http_error"
+		switch ee.Code {
+		case http.StatusNotFound:
+			code = "not_found"
+		case http.StatusMethodNotAllowed:
+			code = "method_not_allowed"
+		case http.StatusRequestEntityTooLarge:
+			code = "body_too_large"
+		case http.StatusUnauthorized:
+			code = "unauthorized"
+		}
+		return &HTTPError{Status: ee.Code, Code: code, Msg: msg, Err: ee.Internal}
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return &HTTPError{Status: http.StatusNotFound, Code: "not_found", Msg: "no such object", Err: err}
+	case errors.Is(err, store.ErrConflict):
+		return &HTTPError{Status: http.StatusConflict, Code: "conflict", Msg: "an object with that identity exists", Err: err}
+	}
+	return &HTTPError{Status: http.StatusInternalServerError, Code: "internal_error", Msg: "internal error", Err: err}
+}
+
+// errorHandler renders every error in the one shape and logs server faults.
+func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		he := toHTTPError(err)
+		if he.Status >= 500 {
+			log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+		}
+		if c.Request().Method == http.MethodHead {
+			_ = c.NoContent(he.Status)
+			return
+		}
+		_ = c.JSON(he.Status, errorBody{Error: errorDetail{Code: he.Code, Message: he.Msg, Field: he.Field}})
+	}
+}
