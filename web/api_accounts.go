@@ -19,25 +19,25 @@ const (
 
 // accountView is an account as the API shows it. It never holds credentials.
 type accountView struct {
-	ID               string     `json:"id"`
-	Kind             string     `json:"kind"`
-	Label            string     `json:"label"`
-	BaseURL          string     `json:"base_url"`
-	Organization     string     `json:"organization"`
-	AccountID        string     `json:"account_id,omitempty"`
-	Email            string     `json:"email,omitempty"`
-	PlanType         string     `json:"plan_type,omitempty"`
-	Tags             []string   `json:"tags"`
-	Status           string     `json:"status"`
-	StatusReason     string     `json:"status_reason"`
-	StatusUntil      *time.Time `json:"status_until"`
-	StatusChangedAt  time.Time  `json:"status_changed_at"`
-	Priority         int        `json:"priority"`
-	MaxConcurrency   int        `json:"max_concurrency"`
-	AccessExpiresAt  *time.Time `json:"access_expires_at,omitempty"`
-	Usage            usageView  `json:"usage"`
-	CreatedAt        time.Time  `json:"created_at"`
-	UpdatedAt        time.Time  `json:"updated_at"`
+	ID              string     `json:"id"`
+	Kind            string     `json:"kind"`
+	Label           string     `json:"label"`
+	BaseURL         string     `json:"base_url"`
+	Organization    string     `json:"organization"`
+	AccountID       string     `json:"account_id,omitempty"`
+	Email           string     `json:"email,omitempty"`
+	PlanType        string     `json:"plan_type,omitempty"`
+	Tags            []string   `json:"tags"`
+	Status          string     `json:"status"`
+	StatusReason    string     `json:"status_reason"`
+	StatusUntil     *time.Time `json:"status_until"`
+	StatusChangedAt time.Time  `json:"status_changed_at"`
+	Priority        int        `json:"priority"`
+	MaxConcurrency  int        `json:"max_concurrency"`
+	AccessExpiresAt *time.Time `json:"access_expires_at,omitempty"`
+	Usage           usageView  `json:"usage"`
+	CreatedAt       time.Time  `json:"created_at"`
+	UpdatedAt       time.Time  `json:"updated_at"`
 }
 
 type usageView struct {

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "github.com/lib/pq"   // PostgreSQL driver "postgres"
+	_ "github.com/lib/pq"  // PostgreSQL driver "postgres"
 	_ "modernc.org/sqlite" // SQLite driver "sqlite"
 )
 

@@ -1,0 +1,182 @@
+// Package relay is the request path: it authenticates Codex, derives the
+// identities a request carries, selects an account, attempts the request
+// upstream, classifies the outcome and answers.
+package relay
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// SessionHeaders are the headers that carry the process session (the root of
+// an agent tree), in order of precedence: current Codex sends session-id,
+// older clients one of the others.
+var SessionHeaders = []string{"session-id", "session_id", "x-codex-session-id", "x-codex-conversation-id"}
+
+// ThreadHeader carries the id of one conversation (a sub-agent has its own).
+const ThreadHeader = "thread-id"
+
+// maxIdentityLen bounds identity header values; longer ones are refused.
+const maxIdentityLen = 256
+
+// ThreadKey is an opaque, versioned, source-separated key derived from a
+// request's identities. It scopes bindings, lanes and continuity. Every key
+// is a hash under a prefix naming its version and source, so no client header
+// value can produce one, and keys from different sources never collide.
+type ThreadKey string
+
+// Source says what a ThreadKey was derived from.
+type Source string
+
+const (
+	SourceSessionThread Source = "st" // process session and thread id
+	SourceThread        Source = "t"  // thread id alone (no session header)
+	SourceSession       Source = "s"  // process session alone (no thread id)
+)
+
+const keyVersion = "v1"
+
+// Identity is what a request says about who it is, parsed once. The raw
+// session stays available for legacy raw-session rows (operator pins); the
+// key is what everything thread-scoped uses.
+type Identity struct {
+	// Session is the process session, normalised; empty when absent.
+	Session string
+	// SessionHeader names the header Session came from.
+	SessionHeader string
+	// Thread is the thread id, normalised; empty when absent.
+	Thread string
+	// Key is derived from Session and Thread; empty when both are absent.
+	Key ThreadKey
+	// Source says which of them Key was derived from.
+	Source Source
+	// SessionKey is the process-session preference key, derived from Session
+	// alone; empty without a session. Siblings of one tree share it.
+	SessionKey ThreadKey
+}
+
+// IdentityError is a malformed identity header.
+type IdentityError struct {
+	Header string
+	Reason string
+}
+
+func (e *IdentityError) Error() string {
+	return fmt.Sprintf("invalid %s header: %s", e.Header, e.Reason)
+}
+
+// ParseIdentity reads the process session and the thread id from request
+// headers, separately, and derives the keys.
+func ParseIdentity(h http.Header) (Identity, error) {
+	var id Identity
+	for _, name := range SessionHeaders {
+		v, err := normaliseID(name, h.Get(name))
+		if err != nil {
+			return Identity{}, err
+		}
+		if v != "" {
+			id.Session, id.SessionHeader = v, name
+			break
+		}
+	}
+	thread, err := normaliseID(ThreadHeader, h.Get(ThreadHeader))
+	if err != nil {
+		return Identity{}, err
+	}
+	return DeriveIdentity(id.Session, id.SessionHeader, thread), nil
+}
+
+// ParseGoalIdentity is ParseIdentity for the thread-goal routes, whose thread
+// is the payload's threadId rather than a header.
+func ParseGoalIdentity(h http.Header, payloadThreadID string) (Identity, error) {
+	id, err := ParseIdentity(h)
+	if err != nil {
+		return Identity{}, err
+	}
+	thread, err := normaliseID("threadId", payloadThreadID)
+	if err != nil {
+		return Identity{}, err
+	}
+	if thread == "" {
+		thread = id.Thread
+	}
+	return DeriveIdentity(id.Session, id.SessionHeader, thread), nil
+}
+
+// DeriveIdentity builds an Identity from already normalised values.
+func DeriveIdentity(session, sessionHeader, thread string) Identity {
+	id := Identity{Session: session, SessionHeader: sessionHeader, Thread: thread}
+	switch {
+	case session != "" && thread != "":
+		id.Key, id.Source = deriveKey(SourceSessionThread, session, thread), SourceSessionThread
+	case thread != "":
+		id.Key, id.Source = deriveKey(SourceThread, thread), SourceThread
+	case session != "":
+		id.Key, id.Source = deriveKey(SourceSession, session), SourceSession
+	}
+	if session != "" {
+		id.SessionKey = deriveKey(SourceSession, session)
+	}
+	return id
+}
+
+// deriveKey hashes length-prefixed parts under the source's namespace, so
+// ("ab","c") and ("a","bc") differ and no part can imitate a separator.
+func deriveKey(src Source, parts ...string) ThreadKey {
+	h := sha256.New()
+	h.Write([]byte("codex-relay thread key " + keyVersion + " " + string(src) + "\x00"))
+	var n [4]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
+		h.Write(n[:])
+		h.Write([]byte(p))
+	}
+	sum := h.Sum(nil)
+	return ThreadKey(keyVersion + ":" + string(src) + ":" + base64.RawURLEncoding.EncodeToString(sum[:18]))
+}
+
+// normaliseID trims a header value; blank is absent. UUIDs (what Codex
+// sends) are lower-cased so case variants of one id agree; other values are
+// kept exactly. Overlong values and control characters are refused.
+func normaliseID(header, v string) (string, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return "", nil
+	}
+	if len(v) > maxIdentityLen {
+		return "", &IdentityError{Header: header, Reason: fmt.Sprintf("longer than %d bytes", maxIdentityLen)}
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c == 0x7f {
+			return "", &IdentityError{Header: header, Reason: "control character"}
+		}
+	}
+	if isUUID(v) {
+		v = strings.ToLower(v)
+	}
+	return v, nil
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
