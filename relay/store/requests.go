@@ -1,0 +1,260 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// RequestRecord is one client request in the request log.
+type RequestRecord struct {
+	ID           string
+	ClientKeyID  string
+	ThreadKey    string
+	SessionID    string
+	ThreadID     string
+	AccountID    string
+	Transport    string // http, ws
+	Path         string
+	Model        string
+	Status       int
+	ErrorCode    string
+	Recovery     string
+	StartedAt    time.Time
+	FirstEvent   time.Duration // zero: no event reached the client
+	Duration     time.Duration
+	InputTokens  int64
+	OutputTokens int64
+	CachedTokens int64
+}
+
+type requestRow struct {
+	ID           string `db:"id"`
+	ClientKeyID  string `db:"client_key_id"`
+	ThreadKey    string `db:"thread_key"`
+	SessionID    string `db:"session_id"`
+	ThreadID     string `db:"thread_id"`
+	AccountID    string `db:"account_id"`
+	Transport    string `db:"transport"`
+	Path         string `db:"path"`
+	Model        string `db:"model"`
+	Status       int    `db:"status"`
+	ErrorCode    string `db:"error_code"`
+	Recovery     string `db:"recovery"`
+	StartedAt    int64  `db:"started_at"`
+	FirstEventMS *int64 `db:"first_event_ms"`
+	DurationMS   int64  `db:"duration_ms"`
+	InputTokens  int64  `db:"input_tokens"`
+	OutputTokens int64  `db:"output_tokens"`
+	CachedTokens int64  `db:"cached_tokens"`
+}
+
+const requestColumns = `id, client_key_id, thread_key, session_id, thread_id, account_id, transport, path, model,
+	status, error_code, recovery, started_at, first_event_ms, duration_ms, input_tokens, output_tokens, cached_tokens`
+
+const attemptColumns = `id, request_id, seq, thread_key, session_id, thread_id, account_id, from_account_id, transport,
+	class, recovery, action, status, error_code, detail, started_at, ended_at, first_event_ms`
+
+// LogRequest appends a row to the request log.
+func (s *Store) LogRequest(ctx context.Context, r RequestRecord) error {
+	if r.ID == "" {
+		r.ID = NewID("req", r.StartedAt)
+	}
+	var first *int64
+	if r.FirstEvent > 0 {
+		v := r.FirstEvent.Milliseconds()
+		first = &v
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO requests (id, client_key_id, thread_key, session_id, thread_id,
+		account_id, transport, path, model, status, error_code, recovery, started_at, first_event_ms, duration_ms,
+		input_tokens, output_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.ID, r.ClientKeyID, r.ThreadKey, r.SessionID, r.ThreadID, r.AccountID, r.Transport, r.Path, r.Model,
+		r.Status, r.ErrorCode, r.Recovery, r.StartedAt.UnixMilli(), first, r.Duration.Milliseconds(),
+		r.InputTokens, r.OutputTokens, r.CachedTokens)
+	if err != nil {
+		return fmt.Errorf("log request: %w", err)
+	}
+	return nil
+}
+
+// RequestFilter selects request log rows; empty fields do not filter.
+type RequestFilter struct {
+	ThreadID, SessionID, AccountID, ClientKeyID, Transport string
+	Limit, Offset                                         int
+}
+
+// Requests lists request log rows, newest first, and how many match.
+func (s *Store) Requests(ctx context.Context, f RequestFilter) ([]RequestRecord, int, error) {
+	conds := []string{"1 = 1"}
+	var args []any
+	for _, c := range []struct{ col, v string }{{"thread_id", f.ThreadID}, {"session_id", f.SessionID},
+		{"account_id", f.AccountID}, {"client_key_id", f.ClientKeyID}, {"transport", f.Transport}} {
+		if c.v != "" {
+			conds = append(conds, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	where := strings.Join(conds, " AND ")
+	var total int
+	if err := s.db.GetContext(ctx, &total, s.q(`SELECT COUNT(*) FROM requests WHERE `+where), args...); err != nil {
+		return nil, 0, fmt.Errorf("count requests: %w", err)
+	}
+	limit := f.Limit
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	var rows []requestRow
+	if err := s.db.SelectContext(ctx, &rows, s.q(`SELECT `+requestColumns+` FROM requests WHERE `+where+` ORDER BY started_at DESC, id DESC LIMIT ? OFFSET ?`),
+		append(args, limit, max(f.Offset, 0))...); err != nil {
+		return nil, 0, fmt.Errorf("list requests: %w", err)
+	}
+	out := make([]RequestRecord, len(rows))
+	for i, r := range rows {
+		out[i] = RequestRecord{ID: r.ID, ClientKeyID: r.ClientKeyID, ThreadKey: r.ThreadKey, SessionID: r.SessionID,
+			ThreadID: r.ThreadID, AccountID: r.AccountID, Transport: r.Transport, Path: r.Path, Model: r.Model,
+			Status: r.Status, ErrorCode: r.ErrorCode, Recovery: r.Recovery, StartedAt: time.UnixMilli(r.StartedAt).UTC(),
+			Duration: time.Duration(r.DurationMS) * time.Millisecond, InputTokens: r.InputTokens,
+			OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens}
+		if r.FirstEventMS != nil {
+			out[i].FirstEvent = time.Duration(*r.FirstEventMS) * time.Millisecond
+		}
+	}
+	return out, total, nil
+}
+
+// Attempt is the diagnostic record of one try of a request on one account,
+// classified once when it ended.
+type Attempt struct {
+	ID            string
+	RequestID     string
+	Seq           int
+	ThreadKey     string
+	SessionID     string
+	ThreadID      string
+	AccountID     string
+	FromAccountID string
+	Transport     string
+	Class         string // e.g. ok, usage_limit, account_mismatch, transport, conflict
+	Recovery      string // e.g. failover, reasoning_recovery, account_mismatch, owner_retired
+	Action        string // next_account, same_account, terminal, done
+	Status        int
+	ErrorCode     string
+	Detail        string
+	StartedAt     time.Time
+	EndedAt       time.Time
+	FirstEvent    time.Duration
+}
+
+// RecordAttempts appends attempt records.
+func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
+	for _, a := range as {
+		if a.ID == "" {
+			a.ID = NewID("att", a.StartedAt)
+		}
+		var first *int64
+		if a.FirstEvent > 0 {
+			v := a.FirstEvent.Milliseconds()
+			first = &v
+		}
+		_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO attempts (id, request_id, seq, thread_key, session_id, thread_id,
+			account_id, from_account_id, transport, class, recovery, action, status, error_code, detail, started_at,
+			ended_at, first_event_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			a.ID, a.RequestID, a.Seq, a.ThreadKey, a.SessionID, a.ThreadID, a.AccountID, a.FromAccountID, a.Transport,
+			a.Class, a.Recovery, a.Action, a.Status, a.ErrorCode, a.Detail, a.StartedAt.UnixMilli(), a.EndedAt.UnixMilli(), first)
+		if err != nil {
+			return fmt.Errorf("record attempt: %w", err)
+		}
+	}
+	return nil
+}
+
+type attemptRow struct {
+	ID            string `db:"id"`
+	RequestID     string `db:"request_id"`
+	Seq           int    `db:"seq"`
+	ThreadKey     string `db:"thread_key"`
+	SessionID     string `db:"session_id"`
+	ThreadID      string `db:"thread_id"`
+	AccountID     string `db:"account_id"`
+	FromAccountID string `db:"from_account_id"`
+	Transport     string `db:"transport"`
+	Class         string `db:"class"`
+	Recovery      string `db:"recovery"`
+	Action        string `db:"action"`
+	Status        int    `db:"status"`
+	ErrorCode     string `db:"error_code"`
+	Detail        string `db:"detail"`
+	StartedAt     int64  `db:"started_at"`
+	EndedAt       int64  `db:"ended_at"`
+	FirstEventMS  *int64 `db:"first_event_ms"`
+}
+
+// AttemptFilter selects diagnostics; empty fields do not filter.
+type AttemptFilter struct {
+	Class, Recovery, AccountID, RequestID, ThreadID string
+	Limit, Offset                                   int
+}
+
+// Attempts lists attempt records, newest first, and how many match.
+func (s *Store) Attempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, error) {
+	conds := []string{"1 = 1"}
+	var args []any
+	for _, c := range []struct{ col, v string }{{"class", f.Class}, {"recovery", f.Recovery}, {"account_id", f.AccountID},
+		{"request_id", f.RequestID}, {"thread_id", f.ThreadID}} {
+		if c.v != "" {
+			conds = append(conds, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	where := strings.Join(conds, " AND ")
+	var total int
+	if err := s.db.GetContext(ctx, &total, s.q(`SELECT COUNT(*) FROM attempts WHERE `+where), args...); err != nil {
+		return nil, 0, fmt.Errorf("count attempts: %w", err)
+	}
+	limit := f.Limit
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	var rows []attemptRow
+	if err := s.db.SelectContext(ctx, &rows, s.q(`SELECT `+attemptColumns+` FROM attempts WHERE `+where+` ORDER BY started_at DESC, seq DESC LIMIT ? OFFSET ?`),
+		append(args, limit, max(f.Offset, 0))...); err != nil {
+		return nil, 0, fmt.Errorf("list attempts: %w", err)
+	}
+	out := make([]Attempt, len(rows))
+	for i, r := range rows {
+		out[i] = Attempt{ID: r.ID, RequestID: r.RequestID, Seq: r.Seq, ThreadKey: r.ThreadKey, SessionID: r.SessionID,
+			ThreadID: r.ThreadID, AccountID: r.AccountID, FromAccountID: r.FromAccountID, Transport: r.Transport,
+			Class: r.Class, Recovery: r.Recovery, Action: r.Action, Status: r.Status, ErrorCode: r.ErrorCode,
+			Detail: r.Detail, StartedAt: time.UnixMilli(r.StartedAt).UTC(), EndedAt: time.UnixMilli(r.EndedAt).UTC()}
+		if r.FirstEventMS != nil {
+			out[i].FirstEvent = time.Duration(*r.FirstEventMS) * time.Millisecond
+		}
+	}
+	return out, total, nil
+}
+
+// UpdateUsage records the usage windows an upstream reported for an account.
+// A window with Known false is left as stored.
+func (s *Store) UpdateUsage(ctx context.Context, id string, primary, secondary Window) error {
+	var sets []string
+	var args []any
+	for _, w := range []struct {
+		prefix string
+		w      Window
+	}{{"primary", primary}, {"secondary", secondary}} {
+		if !w.w.Known {
+			continue
+		}
+		sets = append(sets, w.prefix+"_used_percent = ?", w.prefix+"_window_minutes = ?", w.prefix+"_reset_at = ?")
+		args = append(args, w.w.UsedPercent, w.w.WindowMinutes, millis(w.w.ResetAt))
+	}
+	if len(sets) == 0 {
+		return nil
+	}
+	now := s.now().UnixMilli()
+	sets = append(sets, "usage_updated_at = ?")
+	args = append(args, now, id)
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE accounts SET `+strings.Join(sets, ", ")+` WHERE id = ?`), args...)
+	return affectedOne(res, err, "update usage", id)
+}

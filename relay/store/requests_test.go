@@ -1,0 +1,70 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/store/storetest"
+)
+
+func TestRequestLogAndAttempts(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+		for i := range 3 {
+			require.NoError(t, s.LogRequest(ctx, store.RequestRecord{ThreadID: "t1", SessionID: "s1", AccountID: "acc_a",
+				Transport: "http", Path: "/v1/responses", Model: "m", Status: 200, StartedAt: start.Add(time.Duration(i) * time.Second),
+				FirstEvent: 120 * time.Millisecond, Duration: 2 * time.Second, InputTokens: 10, OutputTokens: 5}))
+		}
+		require.NoError(t, s.LogRequest(ctx, store.RequestRecord{ThreadID: "t2", Transport: "ws", Path: "/x", Status: 429, ErrorCode: "usage_limit_reached", StartedAt: start}))
+		rows, total, err := s.Requests(ctx, store.RequestFilter{ThreadID: "t1", Limit: 2})
+		require.NoError(t, err)
+		assert.Equal(t, 3, total)
+		require.Len(t, rows, 2)
+		assert.Equal(t, start.Add(2*time.Second), rows[0].StartedAt, "newest first")
+		assert.Equal(t, 120*time.Millisecond, rows[0].FirstEvent)
+		assert.Equal(t, 2*time.Second, rows[0].Duration)
+		rows, _, err = s.Requests(ctx, store.RequestFilter{Transport: "ws"})
+		require.NoError(t, err)
+		require.Len(t, rows, 1)
+		assert.Equal(t, "usage_limit_reached", rows[0].ErrorCode)
+		assert.Zero(t, rows[0].FirstEvent)
+
+		require.NoError(t, s.RecordAttempts(ctx, []store.Attempt{
+			{RequestID: "req_1", Seq: 1, AccountID: "acc_a", Class: "usage_limit", Action: "next_account", Status: 429, StartedAt: start, EndedAt: start},
+			{RequestID: "req_1", Seq: 2, AccountID: "acc_b", FromAccountID: "acc_a", Class: "ok", Recovery: "failover", Action: "done", Status: 200, StartedAt: start, EndedAt: start.Add(time.Second), FirstEvent: time.Second},
+		}))
+		atts, total, err := s.Attempts(ctx, store.AttemptFilter{Recovery: "failover"})
+		require.NoError(t, err)
+		assert.Equal(t, 1, total)
+		assert.Equal(t, "acc_a", atts[0].FromAccountID)
+		atts, total, err = s.Attempts(ctx, store.AttemptFilter{RequestID: "req_1"})
+		require.NoError(t, err)
+		assert.Equal(t, 2, total)
+		assert.Equal(t, 2, atts[0].Seq)
+	})
+}
+
+func TestUpdateUsage(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a, err := s.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: "a", ChatGPTAccountID: "w"}, store.Credentials{AccessToken: "t"})
+		require.NoError(t, err)
+		reset := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+		require.NoError(t, s.UpdateUsage(ctx, a.ID, store.Window{UsedPercent: 42.5, WindowMinutes: 300, ResetAt: reset, Known: true}, store.Window{}))
+		got, err := s.Account(ctx, a.ID)
+		require.NoError(t, err)
+		assert.True(t, got.Primary.Known)
+		assert.InDelta(t, 42.5, got.Primary.UsedPercent, 0.001)
+		assert.Equal(t, 300, got.Primary.WindowMinutes)
+		assert.True(t, reset.Equal(got.Primary.ResetAt))
+		assert.False(t, got.Secondary.Known, "an unreported window stays unknown")
+		assert.False(t, got.UsageUpdatedAt.IsZero())
+		assert.ErrorIs(t, s.UpdateUsage(ctx, "acc_nope", store.Window{Known: true}, store.Window{}), store.ErrNotFound)
+	})
+}
