@@ -3,6 +3,194 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
-func runSim(ctx context.Context, c cli, args []string) error { return errors.New("sim: being written") }
+const simPurpose = `Run the simulated upstream: the ChatGPT Codex backend (/backend-api/codex/...,
+/backend-api/wham/usage), the OpenAI Responses API (/v1/...) and the OAuth token
+endpoint (/oauth/token), over HTTP/SSE and WebSocket, for many accounts at once.
+It is what the tests, the demo and the benchmarks talk to instead of OpenAI.
+
+Accounts come from -accounts-file and/or -account flags; with none, three demo
+accounts are served. Faults can be installed at start with -fault, and at run
+time through the control API under /_sim/ (accounts, faults, records, reset).
+The model is scripted by [[sim:...]] directives in the last user message
+(tool, words, events, delay, gap, seal): see the relay/upstreamtest package.
+
+Account spec keys (comma-separated key=value):
+  id, label, kind (chatgpt|openai), token, refresh, account-id, org, email, plan,
+  primary, secondary (used percent), usage-per-request, token-ttl,
+  revoke-old-token (durations), seal-messages, seal-tool-calls (flags)
+  e.g. -account id=alice,kind=chatgpt,org=org-a,token=at-alice,refresh=rt-alice
+Fault spec keys:
+  kind (usage_limit, sharing_cap, rate_limit, insufficient_quota, unauthorized,
+  payment_required, forbidden, server_error, overloaded, cut_stream, stall,
+  refuse_websocket, websocket_max_age), account, transport (http|ws), after,
+  times, status, events, retry-after, resets-in, max-age, in-stream, prewarm
+  e.g. -fault kind=usage_limit,account=alice,after=2
+
+The sim serves until interrupted, then closes every stream and connection.`
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, " ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// simOptions is what the sim command was asked to do.
+type simOptions struct {
+	addr         string
+	accountsFile string
+	accounts     stringList
+	faults       stringList
+	cipherSecret string
+	models       string
+}
+
+func runSim(ctx context.Context, c cli, args []string) error {
+	var o simOptions
+	fs := newFlagSet(c, "sim", simPurpose)
+	fs.StringVar(&o.addr, "addr", envOr(c, "CODEX_RELAY_SIM_ADDR", "127.0.0.1:2456"),
+		"listen address (env CODEX_RELAY_SIM_ADDR); port 0 picks a free port")
+	fs.StringVar(&o.accountsFile, "accounts-file", envOr(c, "CODEX_RELAY_SIM_ACCOUNTS", ""),
+		`JSON file with {"accounts":[...],"faults":[...]} or a list of accounts (env CODEX_RELAY_SIM_ACCOUNTS)`)
+	fs.Var(&o.accounts, "account", "an account spec; repeatable (keys above)")
+	fs.Var(&o.faults, "fault", "a fault installed at start; repeatable (keys above)")
+	fs.StringVar(&o.cipherSecret, "cipher-secret", envOr(c, "CODEX_RELAY_SIM_CIPHER_SECRET", ""),
+		"secret behind every organisation's ciphertext, to keep it valid across restarts (env CODEX_RELAY_SIM_CIPHER_SECRET); default random")
+	fs.StringVar(&o.models, "models", envOr(c, "CODEX_RELAY_SIM_MODELS", ""),
+		"comma-separated model slugs the models routes report (env CODEX_RELAY_SIM_MODELS); default gpt-5.5-codex,gpt-5.4,gpt-5.4-mini")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("sim: unexpected arguments %q", fs.Args())
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	sim, err := upstreamtest.New(cfg)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	defer sim.Close()
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("sim: listen: %w", err)
+	}
+	sim.URL = "http://" + ln.Addr().String()
+	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	printSimBanner(c.stdout, sim)
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("sim: serve: %w", err)
+	case <-ctx.Done():
+	}
+	// Close the sim first: it ends stalled streams and WebSocket connections,
+	// which Shutdown would otherwise wait for.
+	sim.Close()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("sim: shutdown: %w", err)
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("sim: serve: %w", err)
+	}
+	fmt.Fprintln(c.stdout, "sim: stopped")
+	return nil
+}
+
+// config turns the options into the sim's configuration.
+func (o simOptions) config() (upstreamtest.Config, error) {
+	var cfg upstreamtest.Config
+	if o.accountsFile != "" {
+		cf, err := upstreamtest.LoadConfigFile(o.accountsFile)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Accounts, cfg.Faults = cf.Accounts, cf.Faults
+	}
+	for _, spec := range o.accounts {
+		a, err := upstreamtest.ParseAccountSpec(spec)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Accounts = append(cfg.Accounts, a)
+	}
+	if len(cfg.Accounts) == 0 {
+		cfg.Accounts = demoSimAccounts()
+	}
+	for _, spec := range o.faults {
+		f, err := upstreamtest.ParseFaultSpec(spec)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Faults = append(cfg.Faults, f)
+	}
+	if o.cipherSecret != "" {
+		cfg.CipherSecret = []byte(o.cipherSecret)
+	}
+	for _, m := range strings.Split(o.models, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			cfg.Models = append(cfg.Models, m)
+		}
+	}
+	return cfg, nil
+}
+
+// demoSimAccounts are served when no account is configured: two ChatGPT
+// accounts in different organisations and an API key sharing the first's.
+func demoSimAccounts() []upstreamtest.Account {
+	return []upstreamtest.Account{
+		{ID: "alice", Label: "Alice (ChatGPT Plus)", Kind: upstreamtest.KindChatGPT, Organization: "org-a",
+			AccessToken: "sim-at-alice", RefreshToken: "sim-rt-alice", ChatGPTAccountID: "acct-alice"},
+		{ID: "bob", Label: "Bob (ChatGPT Pro)", Kind: upstreamtest.KindChatGPT, Organization: "org-b", PlanType: "pro",
+			AccessToken: "sim-at-bob", RefreshToken: "sim-rt-bob", ChatGPTAccountID: "acct-bob"},
+		{ID: "carol", Label: "Carol (API key)", Kind: upstreamtest.KindOpenAI, Organization: "org-a",
+			AccessToken: "sk-sim-carol"},
+	}
+}
+
+func printSimBanner(w io.Writer, sim *upstreamtest.Server) {
+	fmt.Fprintf(w, "codex-relay sim listening on %s\n", sim.URL)
+	fmt.Fprintf(w, "  ChatGPT Codex backend  %s   (usage %s)\n", sim.CodexBaseURL(), sim.UsageURL())
+	fmt.Fprintf(w, "  OpenAI Responses API   %s\n", sim.OpenAIBaseURL())
+	fmt.Fprintf(w, "  OAuth token endpoint   %s\n", sim.TokenURL())
+	fmt.Fprintf(w, "  control API            %s/\n", sim.ControlURL())
+	fmt.Fprintln(w, "accounts:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ID\tKIND\tORGANISATION\tACCESS TOKEN\tREFRESH TOKEN\tCHATGPT-ACCOUNT-ID\tLABEL")
+	for _, st := range sim.Accounts() {
+		a := st.Account
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Kind, a.Organization, a.AccessToken,
+			orDash(a.RefreshToken), orDash(a.ChatGPTAccountID), a.Label)
+	}
+	_ = tw.Flush()
+	if faults := sim.Faults(); len(faults) > 0 {
+		fmt.Fprintln(w, "faults:")
+		for _, f := range faults {
+			fmt.Fprintf(w, "  #%d %s account=%s after=%d times=%d\n", f.ID, f.Kind, orDash(f.Account), f.After, f.Times)
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
