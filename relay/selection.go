@@ -189,11 +189,8 @@ func Select(in SelectInput) (Selection, error) {
 	var pool []Candidate
 	var earliest time.Time
 	for _, c := range in.Candidates {
-		if in.Exclude[c.Account.ID] {
-			continue
-		}
 		ok, _, until := Availability(c, in.Now)
-		if ok {
+		if ok && !in.Exclude[c.Account.ID] {
 			pool = append(pool, c)
 			continue
 		}

@@ -53,6 +53,7 @@ func commands() map[string]command {
 		"serve":   {"run the relay (the default when no subcommand is given)", runServe},
 		"migrate": {"apply the database migrations and exit", runMigrate},
 		"sim":     {"run the simulated upstream (ChatGPT backend and OpenAI Responses API)", runSim},
+		"demo":    {"run the relay in front of the simulated upstream, ready for Codex", runDemo},
 	}
 }
 

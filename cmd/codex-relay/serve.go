@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/web"
 )
 
@@ -45,11 +47,22 @@ func runServe(ctx context.Context, c cli, args []string) error {
 		return err
 	}
 
+	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, nil)
+}
+
+// serveRelay assembles the relay and its web front on st and serves on addr
+// until ctx ends. onListen, when set, is told the address first.
+func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte, addr string, grace time.Duration, log *slog.Logger, onListen func(addr string)) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg})
+	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg})
+	rctx, stopRelay := context.WithCancel(ctx)
+	housekeeping := make(chan struct{})
+	go func() { rl.Run(rctx); close(housekeeping) }()
+	defer func() { stopRelay(); <-housekeeping }()
+	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl})
 
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -61,10 +74,13 @@ func runServe(ctx context.Context, c cli, args []string) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("codex-relay listening", "addr", ln.Addr().String(), "database", st.Location().String())
+	if onListen != nil {
+		onListen(ln.Addr().String())
+	}
 	if c.listening != nil {
 		c.listening(ln.Addr().String())
 	}
-	return serveUntilDone(ctx, hs, ln, *shutdown, log)
+	return serveUntilDone(ctx, hs, ln, grace, log)
 }
 
 // serveUntilDone serves until ctx ends, then shuts down gracefully within

@@ -81,7 +81,7 @@ func (s *Store) LogRequest(ctx context.Context, r RequestRecord) error {
 // RequestFilter selects request log rows; empty fields do not filter.
 type RequestFilter struct {
 	ThreadID, SessionID, AccountID, ClientKeyID, Transport string
-	Limit, Offset                                         int
+	Limit, Offset                                          int
 }
 
 // Requests lists request log rows, newest first, and how many match.

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/upstreamtest"
+)
+
+const demoPurpose = `Run the relay in front of the simulated upstream, ready for Codex: three accounts
+in two organisations (two ChatGPT subscriptions and an API key), a SQLite database in a
+temp folder, and a client key. Prints the Codex config block, the key, and the console
+and API URLs, then serves until interrupted (the temp folder is removed then).`
+
+func runDemo(ctx context.Context, c cli, args []string) error {
+	fs := newFlagSet(c, "demo", demoPurpose)
+	var db dbFlags
+	db.register(fs, c)
+	addr := fs.String("addr", envOr(c, "CODEX_RELAY_ADDR", DefaultAddr), "relay listen address (env CODEX_RELAY_ADDR)")
+	simAddr := fs.String("sim-addr", envOr(c, "CODEX_RELAY_SIM_ADDR", "127.0.0.1:0"), "simulated upstream listen address (env CODEX_RELAY_SIM_ADDR); port 0 picks a free one")
+	keep := fs.Bool("keep", false, "keep the temp folder (database and secret key) after exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("demo: unexpected argument %q", fs.Arg(0))
+	}
+	log, err := newLogger(c.stderr, db.logFormat, db.logLevel)
+	if err != nil {
+		return err
+	}
+
+	sim, err := upstreamtest.New(upstreamtest.Config{Accounts: demoSimAccounts(), Logger: log.With("component", "sim")})
+	if err != nil {
+		return fmt.Errorf("demo: sim: %w", err)
+	}
+	defer sim.Close()
+	simLn, err := net.Listen("tcp", *simAddr)
+	if err != nil {
+		return fmt.Errorf("demo: sim listen: %w", err)
+	}
+	sim.URL = "http://" + simLn.Addr().String()
+	simSrv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
+	simDone := make(chan error, 1)
+	go func() { simDone <- simSrv.Serve(simLn) }()
+	defer func() {
+		sim.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = simSrv.Shutdown(sctx)
+		if err := <-simDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("sim stopped", "err", err)
+		}
+	}()
+
+	if db.databaseURL == "" {
+		dir, err := os.MkdirTemp("", "codex-relay-demo-*")
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		if !*keep {
+			defer os.RemoveAll(dir)
+		}
+		db.databaseURL = "sqlite:" + filepath.Join(dir, "relay.db")
+	}
+	st, err := openStore(ctx, c, db, log, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	adminHash, err := resolveAdminToken(ctx, c, st, log)
+	if err != nil {
+		return err
+	}
+	if err := addDemoAccounts(ctx, st, sim); err != nil {
+		return err
+	}
+	_, key, err := st.CreateClientKey(ctx, store.ClientKey{Name: "demo"})
+	if err != nil {
+		return err
+	}
+	return serveRelay(ctx, c, st, adminHash, *addr, 5*time.Second, log, func(a string) {
+		printDemoBanner(c, a, key, sim.URL, st.Location().String())
+	})
+}
+
+// addDemoAccounts registers the sim's accounts with the relay (once: a
+// database kept with -keep already has them).
+func addDemoAccounts(ctx context.Context, st *store.Store, sim *upstreamtest.Server) error {
+	existing, err := st.Accounts(ctx)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, a := range existing {
+		have[a.Label] = true
+	}
+	for _, sa := range sim.Accounts() {
+		a := sa.Account
+		if have[a.Label] {
+			continue
+		}
+		acc := store.Account{Label: a.Label, Organization: a.Organization, Email: a.Email, PlanType: a.PlanType}
+		var cred store.Credentials
+		if a.Kind == upstreamtest.KindOpenAI {
+			acc.Kind, acc.BaseURL, cred.APIKey = store.KindOpenAI, sim.OpenAIBaseURL(), a.AccessToken
+		} else {
+			acc.Kind, acc.BaseURL, acc.ChatGPTAccountID = store.KindChatGPT, sim.CodexBaseURL(), a.ChatGPTAccountID
+			cred.AccessToken, cred.RefreshToken = a.AccessToken, a.RefreshToken
+		}
+		if _, err := st.CreateAccount(ctx, acc, cred); err != nil {
+			return fmt.Errorf("demo: add account %s: %w", a.ID, err)
+		}
+	}
+	return nil
+}
+
+func printDemoBanner(c cli, addr, key, simURL, database string) {
+	base := "http://" + addr
+	fmt.Fprintf(c.stdout, `
+Codex Relay demo is running.
+
+  relay        %s   (database %s)
+  admin API    %s/api/v1/   (Authorization: Bearer <admin token>)
+  console      %s/admin/
+  upstream     %s   (simulated: 3 accounts in 2 organisations)
+
+Client key (shown once):
+  export CODEX_RELAY_KEY=%s
+
+Put this in $CODEX_HOME/config.toml (CODEX_HOME=~/.codex by default):
+
+model = "gpt-5.5-codex"
+model_provider = "relay"
+
+[model_providers.relay]
+name = "relay"
+base_url = "%s/backend-api/codex"
+wire_api = "responses"
+env_key = "CODEX_RELAY_KEY"
+supports_websockets = true
+
+Then: codex exec --skip-git-repo-check "say hello"
+Stop with Ctrl-C.
+`, base, database, base, base, simURL, key, base)
+}

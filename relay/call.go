@@ -1,0 +1,319 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/wire"
+)
+
+// call is one client request on the Responses routes.
+type call struct {
+	id        string
+	start     time.Time
+	transport string // http, ws
+	path      string
+	sub       string // "" or "/compact"
+	client    client
+	ident     Identity
+	header    http.Header // the client's headers, as forwarded upstream
+	body      []byte
+	fields    continuity.Fields
+	turnState string // the client's x-codex-turn-state, if any
+	// recovery is the last recovery action this request needed ("" none).
+	recovery string
+}
+
+// markRecovery names the request's last recovery action on its answer.
+func (c *call) markRecovery(h http.Header) {
+	if c.recovery != "" {
+		h.Set(RecoveryHeader, c.recovery)
+	}
+}
+
+func (c *call) contKey() continuity.Key {
+	return continuity.Key{Thread: string(c.ident.Key), Scope: c.client.scope()}
+}
+
+// choice is an account chosen for one attempt, with what selection read.
+type choice struct {
+	sel    Selection
+	prefs  Preferences
+	rows   []store.Binding
+	target Target
+}
+
+// choose reads accounts, bindings and hard evidence, and selects.
+func (s *Server) choose(ctx context.Context, c *call, exclude map[string]bool, laneOwner string) (choice, error) {
+	accounts, err := s.cfg.Store.Accounts(ctx)
+	if err != nil {
+		return choice{}, err
+	}
+	cands := make([]Candidate, 0, len(accounts))
+	for _, a := range accounts {
+		if c.client.key.AllowsAccount(a) {
+			cands = append(cands, Candidate{Account: a, InFlight: s.InFlight(a.ID)})
+		}
+	}
+	rows, err := s.cfg.Store.BindingsFor(ctx, store.BindingLookup{
+		ClientScope: c.client.scope(), ThreadKey: string(c.ident.Key), SessionKey: string(c.ident.SessionKey),
+		RawSession: c.ident.Session, RawThread: c.ident.Thread,
+	})
+	if err != nil {
+		return choice{}, err
+	}
+	ev := Evidence{}
+	var prefs Preferences
+	for _, b := range rows {
+		switch b.Kind {
+		case store.BindThread:
+			if b.Key == string(c.ident.Key) {
+				prefs.Thread = b.AccountID
+			}
+		case store.BindSession:
+			if b.Key != string(c.ident.Key) {
+				prefs.Session = b.AccountID
+			} else if prefs.Thread == "" {
+				// A client without thread ids: its session key is its thread key.
+				prefs.Thread = b.AccountID
+			}
+		case store.BindRawSession:
+			ev[HardRawSession] = b.AccountID
+		case store.BindRawThread:
+			ev[HardRawThread] = b.AccountID
+		}
+	}
+	if c.turnState != "" {
+		if o, ok := s.owners.get(turnStateKey(c.turnState)); ok && o.scope == c.client.scope() {
+			ev[HardTurnState] = o.account
+		}
+	}
+	if prev := c.fields.PreviousResponseID; prev != "" && !s.rebuildable(c) {
+		// Only the account that produced it can continue from this id. When
+		// continuity can rebuild the full request instead, the id binds
+		// nothing: the request may move like any other.
+		if o, ok := s.owners.get(responseKey(prev)); ok && o.scope == c.client.scope() {
+			ev[HardPreviousResponse] = o.account
+		}
+	}
+	if laneOwner != "" {
+		ev[HardLane] = laneOwner
+	}
+	if snap, ok := s.conts.Lookup(c.contKey()); ok && len(snap.CiphertextOrgs) > 0 {
+		prefs.Organization = snap.CiphertextOrgs[len(snap.CiphertextOrgs)-1]
+	}
+	sel, err := Select(SelectInput{Now: s.cfg.Now(), Evidence: ev, Prefs: prefs, Candidates: cands, Exclude: exclude})
+	if err != nil {
+		return choice{sel: sel, prefs: prefs, rows: rows}, err
+	}
+	var acct store.Account
+	for _, cd := range cands {
+		if cd.Account.ID == sel.AccountID {
+			acct = cd.Account
+		}
+	}
+	cred, err := s.cfg.Store.Credentials(ctx, acct.ID)
+	if err != nil {
+		return choice{}, fmt.Errorf("credentials of %s: %w", acct.ID, err)
+	}
+	return choice{sel: sel, prefs: prefs, rows: rows, target: Target{Account: acct, Cred: cred}}, nil
+}
+
+// rebuildable reports whether continuity holds the history behind the
+// request's previous_response_id, so a full request can be sent anywhere.
+func (s *Server) rebuildable(c *call) bool {
+	if c.ident.Key == "" || c.fields.PreviousResponseID == "" {
+		return false
+	}
+	_, err := s.conts.Resolve(c.contKey(), c.fields.PreviousResponseID, nil)
+	return err == nil
+}
+
+// settle records what a served request leaves behind: the binding plan,
+// fresh soft rows, and the response's owner.
+func (s *Server) settle(ctx context.Context, c *call, ch choice, responseID string) {
+	if c.ident.Key != "" {
+		plan := PlanBinding(ch.sel, ch.prefs)
+		if plan.Write {
+			err := s.cfg.Store.Place(ctx, store.Placement{
+				ClientScope: c.client.scope(), ThreadKey: string(c.ident.Key), SessionKey: string(c.ident.SessionKey),
+				SessionID: c.ident.Session, ThreadID: c.ident.Thread, AccountID: ch.target.Account.ID,
+				Source: plan.Source, TTL: s.cfg.BindingTTL, SeedSession: plan.SeedSession,
+			})
+			if err != nil {
+				s.log.Warn("write binding", "err", err)
+			}
+		}
+		var touch []string
+		for _, b := range ch.rows {
+			if b.Strength == store.Soft && b.AccountID == ch.target.Account.ID {
+				touch = append(touch, b.ID)
+			}
+		}
+		if err := s.cfg.Store.TouchBindings(ctx, touch, s.cfg.BindingTTL); err != nil {
+			s.log.Warn("touch bindings", "err", err)
+		}
+	}
+	if responseID != "" {
+		s.owners.put(responseKey(responseID), owner{account: ch.target.Account.ID, scope: c.client.scope()})
+	}
+}
+
+// penalise applies an outcome's penalty to an account.
+func (s *Server) penalise(ctx context.Context, accountID string, p *Penalty) {
+	if p == nil {
+		return
+	}
+	if _, err := s.cfg.Store.SetAccountStatus(ctx, accountID, p.Status, p.Reason, p.Until); err != nil {
+		s.log.Warn("penalise account", "account", accountID, "err", err)
+	}
+}
+
+// foldUsage records the usage windows an upstream reported in headers.
+func (s *Server) foldUsage(ctx context.Context, accountID string, h http.Header) {
+	rl := wire.ParseRateLimitHeaders(h)
+	p, sec := usageWindow(rl.Primary), usageWindow(rl.Secondary)
+	if !p.Known && !sec.Known {
+		return
+	}
+	if err := s.cfg.Store.UpdateUsage(ctx, accountID, p, sec); err != nil {
+		s.log.Warn("update usage", "account", accountID, "err", err)
+	}
+}
+
+func usageWindow(w *wire.RateLimitWindow) store.Window {
+	if w == nil {
+		return store.Window{}
+	}
+	sw := store.Window{UsedPercent: w.UsedPercent, WindowMinutes: w.WindowMinutes, Known: true}
+	if w.ResetAt > 0 {
+		sw.ResetAt = time.Unix(w.ResetAt, 0).UTC()
+	}
+	return sw
+}
+
+// logRequest writes the request log row and the attempt records. It runs
+// after the client has its answer, on a context of its own.
+func (s *Server) logRequest(c *call, rec store.RequestRecord, attempts []store.Attempt) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec.ID, rec.ClientKeyID, rec.ThreadKey = c.id, c.client.key.ID, string(c.ident.Key)
+	rec.SessionID, rec.ThreadID, rec.Transport, rec.Path = c.ident.Session, c.ident.Thread, c.transport, c.path
+	rec.Model, rec.StartedAt = c.fields.Model, c.start
+	rec.Duration = s.cfg.Now().Sub(c.start)
+	if err := s.cfg.Store.LogRequest(ctx, rec); err != nil {
+		s.log.Warn("log request", "err", err)
+	}
+	if err := s.cfg.Store.RecordAttempts(ctx, attempts); err != nil {
+		s.log.Warn("record attempts", "err", err)
+	}
+	outcome := "ok"
+	if rec.Status >= 400 || rec.ErrorCode != "" {
+		outcome = "error"
+	}
+	s.metrics.requests.WithLabelValues(c.transport, rec.AccountID, outcome).Inc()
+	s.metrics.duration.WithLabelValues(c.transport).Observe(rec.Duration.Seconds())
+	if rec.FirstEvent > 0 {
+		s.metrics.firstEvent.WithLabelValues(c.transport).Observe(rec.FirstEvent.Seconds())
+	}
+}
+
+// responseEnvelope reads the parts of response.created/completed/failed the
+// relay needs.
+type responseEnvelope struct {
+	Response struct {
+		ID    string      `json:"id"`
+		Error *wire.Error `json:"error"`
+		Usage *struct {
+			InputTokens        int64 `json:"input_tokens"`
+			OutputTokens       int64 `json:"output_tokens"`
+			InputTokensDetails *struct {
+				CachedTokens int64 `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
+		} `json:"usage"`
+	} `json:"response"`
+}
+
+// tracker follows one upstream stream: ids, output items, usage, terminal.
+type tracker struct {
+	responseID string
+	output     []json.RawMessage
+	input      int64
+	outputTok  int64
+	cached     int64
+	terminal   string
+	failure    *wire.Error
+	failStatus int
+	work       bool
+	events     int
+	turnState  string
+}
+
+// semantic reports whether an event carries work the client acts on.
+func semantic(typ string) bool {
+	switch typ {
+	case wire.EventResponseCreated, wire.EventResponseInProgress, wire.EventResponseMetadata, wire.EventRateLimits, "":
+		return false
+	}
+	return !wire.IsTerminal(typ)
+}
+
+// observe updates the tracker from one event; only the few event types that
+// carry ids, items or errors are decoded.
+func (t *tracker) observe(typ string, data []byte) {
+	t.events++
+	switch typ {
+	case wire.EventResponseCreated, wire.EventResponseCompleted, wire.EventResponseIncomplete, wire.EventResponseFailed:
+		var env responseEnvelope
+		if json.Unmarshal(data, &env) == nil {
+			if env.Response.ID != "" {
+				t.responseID = env.Response.ID
+			}
+			if u := env.Response.Usage; u != nil {
+				t.input, t.outputTok = u.InputTokens, u.OutputTokens
+				if u.InputTokensDetails != nil {
+					t.cached = u.InputTokensDetails.CachedTokens
+				}
+			}
+			if typ == wire.EventResponseFailed {
+				t.failure = env.Response.Error
+				if t.failure == nil {
+					t.failure = &wire.Error{Type: wire.TypeServerError, Message: "response.failed"}
+				}
+			}
+		}
+	case wire.EventOutputItemDone:
+		var env struct {
+			Item json.RawMessage `json:"item"`
+		}
+		if json.Unmarshal(data, &env) == nil && len(env.Item) > 0 {
+			t.output = append(t.output, env.Item)
+		}
+	case wire.EventError:
+		if ev, ok := wire.ParseErrorEvent(data); ok {
+			t.failure, t.failStatus = &ev.Error, ev.Status
+		} else {
+			t.failure = &wire.Error{Type: wire.TypeServerError, Message: "upstream error event"}
+		}
+	case wire.EventResponseMetadata:
+		var env struct {
+			Headers map[string]string `json:"headers"`
+		}
+		if json.Unmarshal(data, &env) == nil {
+			if ts := env.Headers[wire.HeaderTurnState]; ts != "" {
+				t.turnState = ts
+			}
+		}
+	}
+	if wire.IsTerminal(typ) {
+		t.terminal = typ
+	}
+	if semantic(typ) {
+		t.work = true
+	}
+}

@@ -1,0 +1,221 @@
+package relay_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/upstreamtest"
+)
+
+const (
+	sessionS = "019a1111-0000-7000-8000-000000000001"
+	rootT    = "019a1111-0000-7000-8000-0000000000aa"
+	childT   = "019a1111-0000-7000-8000-0000000000bb"
+)
+
+// Two threads of one session start on the same account; after one of them
+// is moved, the other stays, and the process preference is not rewritten.
+func TestSiblingsShareThenDiverge(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"), simAccount("a3", "org-a"))
+	ctx := context.Background()
+
+	resp, body := h.post(sessionS, rootT, responseRequest("root turn"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	root := h.responseRecords(rootT)
+	require.Len(t, root, 1)
+	first := root[0].Account
+
+	// Make the balancer prefer another account: the child must still start
+	// on the session's account, to share its prompt cache.
+	require.NoError(t, h.store.UpdateUsage(ctx, h.ids[first], store.Window{UsedPercent: 95, Known: true, ResetAt: time.Now().Add(time.Hour)}, store.Window{}))
+	resp, body = h.post(sessionS, childT, responseRequest("child turn"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	child := h.responseRecords(childT)
+	require.Len(t, child, 1)
+	assert.Equal(t, first, child[0].Account, "a sibling starts on the process session's account")
+
+	// The root's next request fails on its account once (a 500 before any
+	// output) and moves; only the root's row follows.
+	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultServerError, Account: first, Times: 1})
+	require.NoError(t, err)
+	resp, body = h.post(sessionS, rootT, responseRequest("root again"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Equal(t, "failover", resp.Header.Get("X-Codex-Relay-Recovery"))
+	root = h.responseRecords(rootT)
+	require.Len(t, root, 3)
+	moved := root[2].Account
+	require.NotEqual(t, first, moved, "the root moved")
+
+	resp, body = h.post(sessionS, childT, responseRequest("child again"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	child = h.responseRecords(childT)
+	require.Len(t, child, 2)
+	assert.Equal(t, first, child[1].Account, "the sibling stayed")
+	resp, body = h.post(sessionS, rootT, responseRequest("root third"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	root = h.responseRecords(rootT)
+	assert.Equal(t, moved, root[len(root)-1].Account, "the moved root stays on its new account")
+
+	rows, _, err := h.store.Bindings(ctx, store.BindingFilter{SessionID: sessionS})
+	require.NoError(t, err)
+	byThread := map[string]string{}
+	sessionRows := 0
+	for _, b := range rows {
+		if b.Kind == store.BindSession {
+			sessionRows++
+			assert.Equal(t, h.ids[first], b.AccountID, "the process preference was not rewritten")
+		} else {
+			byThread[b.ThreadID] = b.AccountID
+		}
+	}
+	assert.Equal(t, 1, sessionRows)
+	assert.Equal(t, h.ids[moved], byThread[rootT])
+	assert.Equal(t, h.ids[first], byThread[childT])
+}
+
+// Conflicting hard owners fail with 409 before anything goes upstream.
+func TestConflictingHardOwnersFailBeforeUpstream(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+	ctx := context.Background()
+
+	// A response produced on one account, over HTTP (not rebuildable by a
+	// thread that never saw it)...
+	resp, body := h.post(sessionS, rootT, responseRequest("hello"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	producer := h.responseRecords(rootT)[0].Account
+	prevID := completedID(t, body)
+	other := "a1"
+	if producer == "a1" {
+		other = "a2"
+	}
+	// ...and an operator's pin of another session to the other account.
+	_, err := h.store.Pin(ctx, store.BindRawSession, "pinned-session", h.ids[other], "pin")
+	require.NoError(t, err)
+	before := len(h.sim.Records(upstreamtest.RecordFilter{}))
+
+	req := responseRequest("continue")
+	req["previous_response_id"] = prevID
+	resp, body = h.post("pinned-session", "019a1111-0000-7000-8000-0000000000cc", req, nil)
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, body)
+	assert.Contains(t, body, "continuity_owner_conflict")
+	assert.Equal(t, before, len(h.sim.Records(upstreamtest.RecordFilter{})), "nothing went upstream")
+
+	// A turn state issued by one account and a pin to the other conflict too.
+	resp, body = h.post("", "019a1111-0000-7000-8000-0000000000dd", responseRequest("x"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	ts := resp.Header.Get("x-codex-turn-state")
+	require.NotEmpty(t, ts, "the relay returns a turn state")
+	tsOwner := h.responseRecords("019a1111-0000-7000-8000-0000000000dd")[0].Account
+	pinTo := "a1"
+	if tsOwner == "a1" {
+		pinTo = "a2"
+	}
+	_, err = h.store.Pin(ctx, store.BindRawThread, "019a1111-0000-7000-8000-0000000000dd", h.ids[pinTo], "pin")
+	require.NoError(t, err)
+	before = len(h.sim.Records(upstreamtest.RecordFilter{}))
+	resp, body = h.post("", "019a1111-0000-7000-8000-0000000000dd", responseRequest("y"), http.Header{"X-Codex-Turn-State": {ts}})
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, body)
+	assert.Equal(t, before, len(h.sim.Records(upstreamtest.RecordFilter{})), "nothing went upstream")
+
+	atts, _, err := h.store.Attempts(ctx, store.AttemptFilter{Class: "conflict"})
+	require.NoError(t, err)
+	assert.Len(t, atts, 2, "each conflict is a diagnostic")
+}
+
+// Over WebSocket, previous_response_id chains on the lane; when the lane's
+// account becomes unavailable, the next request is rebuilt in full from
+// continuity on another account, and the client connection survives.
+func TestWebSocketChainsAndRebuildsOnAnotherAccount(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+	ctx := context.Background()
+	c := h.dialWS(sessionS, rootT)
+
+	prewarm := responseRequest("warm up")
+	prewarm["generate"] = false
+	typ, warmID := lastEvent(c.turn(prewarm))
+	require.Equal(t, "response.completed", typ)
+	require.NotEmpty(t, warmID)
+
+	next := map[string]any{"model": "gpt-5.5-codex", "previous_response_id": warmID, "input": []any{userMessage("first real turn")}}
+	events := c.turn(next)
+	typ, id1 := lastEvent(events)
+	require.Equal(t, "response.completed", typ, "%v", events)
+	sawTurnState := false
+	for _, ev := range events {
+		if ev["type"] == "response.metadata" {
+			sawTurnState = true
+		}
+	}
+	assert.True(t, sawTurnState, "a turn state reaches the client as response.metadata")
+
+	recs := h.responseRecords(rootT)
+	require.Len(t, recs, 2)
+	assert.Equal(t, warmID, recs[1].PreviousResponseID, "chained on the lane: only the new item went upstream")
+	assert.Equal(t, 1, recs[1].InputCount)
+	owner := recs[1].Account
+
+	// The lane's account becomes unavailable between turns.
+	_, err := h.store.SetAccountStatus(ctx, h.ids[owner], store.StatusPaused, "test", time.Time{})
+	require.NoError(t, err)
+	events = c.turn(map[string]any{"model": "gpt-5.5-codex", "previous_response_id": id1, "input": []any{userMessage("second turn")}})
+	typ, _ = lastEvent(events)
+	require.Equal(t, "response.completed", typ, "%v", events)
+	recs = h.responseRecords(rootT)
+	require.Len(t, recs, 3)
+	last := recs[2]
+	assert.NotEqual(t, owner, last.Account, "moved to another account")
+	assert.Empty(t, last.PreviousResponseID, "the other account got a full request")
+	assert.Equal(t, 5, last.InputCount, "full history: the prewarm's message, the first turn, its answer (reasoning + message), the new message")
+
+	// A request whose previous response nobody holds asks Codex to resend.
+	events = c.turn(map[string]any{"model": "gpt-5.5-codex", "previous_response_id": "resp_unknown", "input": []any{userMessage("?")}})
+	assert.Equal(t, "error", events[len(events)-1]["type"])
+	assert.EqualValues(t, 400, events[len(events)-1]["status"])
+	errObj := events[len(events)-1]["error"].(map[string]any)
+	assert.Equal(t, "previous_response_not_found", errObj["code"])
+
+	// The connection still serves.
+	typ, _ = lastEvent(c.turn(responseRequest("full request after the error")))
+	assert.Equal(t, "response.completed", typ)
+}
+
+// The upstream retiring a connection (websocket_connection_limit_reached)
+// costs the client nothing: the relay opens a fresh lane and sends the full
+// request, rebuilt from continuity, and the client's connection stays.
+func TestWebSocketConnectionLimitIsInvisible(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultWebSocketMaxAge, MaxAge: upstreamtest.Duration(300 * time.Millisecond), Times: 1})
+	require.NoError(t, err)
+	c := h.dialWS(sessionS, rootT)
+	typ, id1 := lastEvent(c.turn(responseRequest("one")))
+	require.Equal(t, "response.completed", typ)
+
+	// Let the lane pass its maximum age: the sim then sends the limit error
+	// and closes it (idle), or answers the next message with it.
+	time.Sleep(600 * time.Millisecond)
+
+	events := c.turn(map[string]any{"model": "gpt-5.5-codex", "previous_response_id": id1, "input": []any{userMessage("two")}})
+	typ, _ = lastEvent(events)
+	require.Equal(t, "response.completed", typ, "%v", events)
+	recs := h.responseRecords(rootT)
+	last := recs[len(recs)-1]
+	assert.Empty(t, last.PreviousResponseID, "the fresh lane got the full request")
+	assert.Equal(t, 4, last.InputCount)
+	handshakes := 0
+	for _, r := range h.sim.Records(upstreamtest.RecordFilter{}) {
+		if r.Kind == upstreamtest.RecordHandshake {
+			handshakes++
+		}
+	}
+	assert.Equal(t, 2, handshakes, "one lane replaced by one")
+}

@@ -1,0 +1,123 @@
+package relay_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/internal/codexcli"
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/upstreamtest"
+)
+
+// The real Codex CLI through the relay, over HTTP and over WebSocket: a plain
+// turn and a tool-call turn, with the client's key never sent upstream and
+// prompt_cache_key arriving unchanged.
+func TestCodexThroughRelay(t *testing.T) {
+	for _, ws := range []bool{false, true} {
+		name := "http"
+		if ws {
+			name = "websocket"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"), simAccount("b1", "org-b"))
+			ctx := context.Background()
+			_, key, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "e2e"})
+			require.NoError(t, err)
+			codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: ws, Key: key})
+
+			res, err := codex.Exec(ctx, "say hello", codexcli.RunOptions{})
+			require.NoError(t, err)
+			require.Equal(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
+			assert.NotEmpty(t, res.FinalMessage)
+			if ws {
+				assert.Empty(t, res.WebSocketFallback(), "Codex must stay on WebSocket")
+			}
+
+			res, err = codex.Exec(ctx, `run it [[sim:tool exec_command {"cmd":"echo relay-tool-ok"}]]`, codexcli.RunOptions{BypassSandbox: true})
+			require.NoError(t, err)
+			require.Equal(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
+			assert.Contains(t, res.FinalMessage, "relay-tool-ok", "the tool ran and its output came back through the relay")
+			if ws {
+				assert.Empty(t, res.WebSocketFallback())
+			}
+
+			recs := h.responseRecords("")
+			require.NotEmpty(t, recs)
+			sawToolOutput := false
+			for _, r := range recs {
+				assert.False(t, r.ClientKey, "the relay client key must never reach the upstream")
+				if ws {
+					assert.Equal(t, upstreamtest.TransportWS, r.Transport)
+				} else {
+					assert.Equal(t, upstreamtest.TransportHTTP, r.Transport)
+				}
+				if r.SessionID != "" && r.PromptCacheKey != "" {
+					assert.Equal(t, r.SessionID, r.PromptCacheKey, "prompt_cache_key is Codex's session id, forwarded unchanged")
+				}
+				for _, o := range r.ToolOutputs {
+					if strings.Contains(o.Output, "relay-tool-ok") {
+						sawToolOutput = true
+					}
+				}
+			}
+			assert.True(t, sawToolOutput, "the follow-up request carried the tool output upstream")
+
+			reqs, total, err := h.store.Requests(ctx, store.RequestFilter{})
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, total, 3, "every request is logged")
+			for _, r := range reqs {
+				assert.NotEmpty(t, r.AccountID)
+				assert.NotEmpty(t, r.ThreadID)
+			}
+		})
+	}
+}
+
+// A resumed thread stays on its account even when the balancer would now
+// prefer another one.
+func TestCodexResumeStaysOnItsAccount(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+	ctx := context.Background()
+	setUsed := func(simID string, pct float64) {
+		require.NoError(t, h.store.UpdateUsage(ctx, h.ids[simID], store.Window{UsedPercent: pct, WindowMinutes: 300,
+			ResetAt: time.Now().Add(time.Hour), Known: true}, store.Window{}))
+	}
+	codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: false, Key: "unused"})
+
+	setUsed("a2", 90) // the first thread goes to a1
+	first, err := codex.Exec(ctx, "remember the word teal", codexcli.RunOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, first.ExitCode, first.Stderr)
+	require.NotEmpty(t, first.ThreadID)
+	recs := h.responseRecords(first.ThreadID)
+	require.NotEmpty(t, recs)
+	require.Equal(t, "a1", recs[0].Account)
+
+	setUsed("a1", 90) // now the balancer prefers a2...
+	setUsed("a2", 0)
+	other, err := codex.Exec(ctx, "a new conversation", codexcli.RunOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, other.ExitCode, other.Stderr)
+	otherRecs := h.responseRecords(other.ThreadID)
+	require.NotEmpty(t, otherRecs)
+	require.Equal(t, "a2", otherRecs[0].Account, "precondition: a new thread goes to a2 now")
+
+	// ...but the resumed thread stays where its history is.
+	setUsed("a1", 90)
+	resumed, err := codex.Resume(ctx, first.ThreadID, "what was the word?", codexcli.RunOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, resumed.ExitCode, resumed.Stderr)
+	all := h.responseRecords(first.ThreadID)
+	require.Greater(t, len(all), len(recs), "the resume reached the upstream")
+	for _, r := range all {
+		t.Logf("rec %s session=%s thread=%s", r.Account, r.SessionID, r.ThreadID)
+		assert.Equal(t, "a1", r.Account, "every request of the resumed thread stayed on its account")
+	}
+}

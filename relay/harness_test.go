@@ -1,0 +1,233 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/store/storetest"
+	"github.com/codexrelay/codex-relay/relay/upstreamtest"
+)
+
+// harness is a relay on a real SQLite store in front of the simulated
+// upstream, served on loopback.
+type harness struct {
+	t     *testing.T
+	sim   *upstreamtest.Server
+	store *store.Store
+	relay *relay.Server
+	srv   *httptest.Server
+	// ids maps sim account ids to relay account ids.
+	ids map[string]string
+}
+
+// simAccount is a ChatGPT account of the sim in organisation org.
+func simAccount(id, org string) upstreamtest.Account {
+	return upstreamtest.Account{ID: id, AccessToken: "at-" + id, RefreshToken: "rt-" + id, Organization: org}
+}
+
+func newHarness(t *testing.T, accounts ...upstreamtest.Account) *harness {
+	t.Helper()
+	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: accounts, Logger: testLogger(t)})
+	t.Cleanup(sim.Close)
+	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	h := &harness{t: t, sim: sim, store: st, ids: map[string]string{}}
+	for _, a := range accounts {
+		acc := store.Account{Label: a.ID, Organization: a.Organization}
+		cred := store.Credentials{}
+		if a.Kind == upstreamtest.KindOpenAI {
+			acc.Kind, acc.BaseURL, cred.APIKey = store.KindOpenAI, sim.OpenAIBaseURL(), a.AccessToken
+		} else {
+			acc.Kind, acc.BaseURL = store.KindChatGPT, sim.CodexBaseURL()
+			acc.ChatGPTAccountID = firstNonEmpty(a.ChatGPTAccountID, a.ID)
+			cred.AccessToken, cred.RefreshToken = a.AccessToken, a.RefreshToken
+		}
+		created, err := st.CreateAccount(context.Background(), acc, cred)
+		require.NoError(t, err)
+		h.ids[a.ID] = created.ID
+	}
+	h.relay = relay.New(relay.Config{Store: st, Logger: testLogger(t), StreamIdleTimeout: 20 * time.Second})
+	h.srv = httptest.NewServer(h.relay)
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func firstNonEmpty(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// simID maps a relay account id back to the sim's.
+func (h *harness) simID(relayID string) string {
+	for s, r := range h.ids {
+		if r == relayID {
+			return s
+		}
+	}
+	return ""
+}
+
+func (h *harness) codexBaseURL() string { return h.srv.URL + "/backend-api/codex" }
+
+// responseRequest is a minimal Responses body as a Go client sends it.
+func responseRequest(prompt string) map[string]any {
+	return map[string]any{
+		"model": "gpt-5.5-codex", "stream": true, "store": false, "prompt_cache_key": "pck-shared",
+		"input": []any{map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": prompt}}}},
+	}
+}
+
+// post sends one HTTP request through the relay and reads the whole answer.
+func (h *harness) post(session, thread string, body map[string]any, extra http.Header) (*http.Response, string) {
+	h.t.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(h.t, err)
+	req, err := http.NewRequest(http.MethodPost, h.codexBaseURL()+"/responses", bytes.NewReader(b))
+	require.NoError(h.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if session != "" {
+		req.Header.Set("session-id", session)
+	}
+	if thread != "" {
+		req.Header.Set("thread-id", thread)
+	}
+	for k, vs := range extra {
+		req.Header[k] = vs
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	require.NoError(h.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(h.t, err)
+	return resp, string(raw)
+}
+
+// completedID returns the response id of the response.completed event of an SSE body.
+func completedID(t *testing.T, sse string) string {
+	t.Helper()
+	for _, line := range strings.Split(sse, "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || !strings.Contains(data, `"response.completed"`) {
+			continue
+		}
+		var ev struct {
+			Response struct {
+				ID string `json:"id"`
+			} `json:"response"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(data), &ev))
+		return ev.Response.ID
+	}
+	t.Fatalf("no response.completed in %q", sse)
+	return ""
+}
+
+// responseRecords are the sim's records of response requests, optionally of one thread.
+func (h *harness) responseRecords(thread string) []upstreamtest.Record {
+	var out []upstreamtest.Record
+	for _, r := range h.sim.Records(upstreamtest.RecordFilter{}) {
+		if r.Kind == upstreamtest.RecordHandshake || r.Route != upstreamtest.RouteResponses {
+			continue
+		}
+		if thread != "" && r.ThreadID != thread {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%s", bytes.TrimRight(p, "\n"))
+	return len(p), nil
+}
+
+// wsClient is a Go client of the relay's WebSocket route, as Codex uses it.
+type wsClient struct {
+	t    *testing.T
+	conn *websocket.Conn
+}
+
+func (h *harness) dialWS(session, thread string) *wsClient {
+	h.t.Helper()
+	hdr := http.Header{}
+	if session != "" {
+		hdr.Set("session-id", session)
+	}
+	if thread != "" {
+		hdr.Set("thread-id", thread)
+	}
+	hdr.Set("OpenAI-Beta", "responses_websockets=2026-02-06")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	url := "ws" + strings.TrimPrefix(h.codexBaseURL(), "http") + "/responses"
+	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: hdr})
+	require.NoError(h.t, err)
+	conn.SetReadLimit(64 << 20)
+	h.t.Cleanup(func() { conn.CloseNow() })
+	return &wsClient{t: h.t, conn: conn}
+}
+
+// turn sends one response.create and reads events until a terminal one.
+func (c *wsClient) turn(body map[string]any) []map[string]any {
+	c.t.Helper()
+	msg := map[string]any{"type": "response.create"}
+	for k, v := range body {
+		msg[k] = v
+	}
+	b, err := json.Marshal(msg)
+	require.NoError(c.t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(c.t, c.conn.Write(ctx, websocket.MessageText, b))
+	var events []map[string]any
+	for {
+		_, data, err := c.conn.Read(ctx)
+		require.NoError(c.t, err, "events so far: %v", events)
+		var ev map[string]any
+		require.NoError(c.t, json.Unmarshal(data, &ev))
+		events = append(events, ev)
+		switch ev["type"] {
+		case "response.completed", "response.failed", "response.incomplete", "error":
+			return events
+		}
+	}
+}
+
+// lastEvent returns the terminal event and, for response events, the response id.
+func lastEvent(events []map[string]any) (typ, responseID string) {
+	ev := events[len(events)-1]
+	typ, _ = ev["type"].(string)
+	if r, ok := ev["response"].(map[string]any); ok {
+		responseID, _ = r["id"].(string)
+	}
+	return typ, responseID
+}
+
+func userMessage(text string) map[string]any {
+	return map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": text}}}
+}

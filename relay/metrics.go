@@ -1,0 +1,33 @@
+package relay
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the relay's Prometheus series. Routine events are counted
+// here rather than logged.
+type metrics struct {
+	requests   *prometheus.CounterVec   // by transport, account, status class
+	attempts   *prometheus.CounterVec   // by account, class, action
+	firstEvent *prometheus.HistogramVec // time to first event, by transport
+	duration   *prometheus.HistogramVec // request duration, by transport
+	events     *prometheus.CounterVec   // events forwarded, by transport
+	lanes      *prometheus.CounterVec   // lane lifecycle, by what happened
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_requests_total",
+			Help: "Client requests on the Responses routes, by transport, serving account and outcome."}, []string{"transport", "account", "outcome"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_attempts_total",
+			Help: "Upstream attempts, by account, classification and next action."}, []string{"account", "class", "action"}),
+		firstEvent: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "codex_relay_first_event_seconds",
+			Help: "Time from a client request to the first event forwarded to it.", Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12)}, []string{"transport"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "codex_relay_request_seconds",
+			Help: "Client request duration until its terminal event.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 12)}, []string{"transport"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_events_forwarded_total",
+			Help: "Server events forwarded to clients, by transport."}, []string{"transport"}),
+		lanes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_lanes_total",
+			Help: "Upstream WebSocket lane lifecycle: opened, reused, replaced, closed, rebuilt."}, []string{"event"}),
+	}
+	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes)
+	return m
+}

@@ -1,0 +1,106 @@
+package relay
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+)
+
+// serveModels answers GET .../models from an account the client may use:
+// the thread's account when it has one, else the balancer's choice.
+func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	cl, ans, err := s.authenticate(ctx, r)
+	if err != nil {
+		writeError(w, ans.Status, ans.Err)
+		return
+	}
+	ident, err := ParseIdentity(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
+		return
+	}
+	c := &call{client: cl, ident: ident, header: r.Header}
+	ch, err := s.choose(ctx, c, nil, "")
+	if err != nil {
+		a := selectionAnswer(err, s.cfg.Now())
+		writeError(w, a.Status, a.Err)
+		return
+	}
+	url := ch.target.URL("/models")
+	if r.URL.RawQuery != "" {
+		url += "?" + r.URL.RawQuery
+	}
+	resp, err := s.cfg.Upstream.Get(ctx, ch.target, url, r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"})
+		return
+	}
+	defer resp.Body.Close()
+	copyAnswer(w, resp)
+}
+
+// goalPayload is the part of a thread-goal request the relay routes by.
+type goalPayload struct {
+	ThreadID string `json:"threadId"`
+}
+
+// serveGoal forwards /thread/goal/{get,set,clear}, routed by the payload's
+// threadId (seed 004), to the account that serves that thread.
+func (s *Server) serveGoal(w http.ResponseWriter, r *http.Request, op string) {
+	if op != "get" && op != "set" && op != "clear" {
+		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "not_found", Message: "no such goal operation"})
+		return
+	}
+	ctx := r.Context()
+	cl, ans, err := s.authenticate(ctx, r)
+	if err != nil {
+		writeError(w, ans.Status, ans.Err)
+		return
+	}
+	body, err := readBody(r, 1<<20)
+	if err != nil {
+		a := bodyAnswer(err)
+		writeError(w, a.Status, a.Err)
+		return
+	}
+	var p goalPayload
+	if err := json.Unmarshal(body, &p); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: "the goal payload is not valid JSON"})
+		return
+	}
+	ident, err := ParseGoalIdentity(r.Header, p.ThreadID)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_thread_id", Message: err.Error()})
+		return
+	}
+	c := &call{client: cl, ident: ident, header: r.Header}
+	ch, err := s.choose(ctx, c, nil, "")
+	if err != nil {
+		a := selectionAnswer(err, s.cfg.Now())
+		writeError(w, a.Status, a.Err)
+		return
+	}
+	resp, err := s.cfg.Upstream.Post(ctx, ch.target, ch.target.URL("/thread/goal/"+op), r.Header, body)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"})
+		return
+	}
+	defer resp.Body.Close()
+	copyAnswer(w, resp)
+}
+
+// copyAnswer relays a small upstream answer (bounded) with its status.
+func copyAnswer(w http.ResponseWriter, resp *http.Response) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		writeError(w, http.StatusBadGateway, apiError{Type: "server_error", Message: "the upstream answer broke off"})
+		return
+	}
+	passHeaders(w.Header(), resp.Header)
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(body)
+}

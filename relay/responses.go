@@ -1,0 +1,434 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/wire"
+)
+
+// maxErrorBody bounds an upstream error body the relay reads.
+const maxErrorBody = 1 << 20
+
+// serveResponses serves POST .../responses (and /compact) over HTTP/SSE.
+func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub string) {
+	ctx := r.Context()
+	c := &call{id: store.NewID("req", s.cfg.Now()), start: s.cfg.Now(), transport: "http", path: r.URL.Path, sub: sub}
+	cl, ans, err := s.authenticate(ctx, r)
+	if err != nil {
+		writeError(w, ans.Status, ans.Err)
+		return
+	}
+	c.client = cl
+	body, err := readBody(r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		a := bodyAnswer(err)
+		writeError(w, a.Status, a.Err)
+		return
+	}
+	fields, err := continuity.RequestFields(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: "the request body is not a valid Responses request: " + err.Error()})
+		return
+	}
+	ident, err := ParseIdentity(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
+		return
+	}
+	if !cl.allowsModel(fields.Model) {
+		writeError(w, http.StatusForbidden, apiError{Type: "invalid_request_error", Code: "model_not_allowed", Message: fmt.Sprintf("this client key may not use model %q", fields.Model)})
+		return
+	}
+	c.body, c.fields, c.ident = body, fields, ident
+	c.turnState = strings.TrimSpace(r.Header.Get(wire.HeaderTurnState))
+	c.header = r.Header.Clone()
+	if o, ok := s.owners.get(turnStateKey(c.turnState)); ok && o.proxy {
+		// The relay made this turn state up; the upstream never saw it.
+		c.header.Del(wire.HeaderTurnState)
+	}
+	s.dispatchHTTP(ctx, w, c)
+}
+
+// failure is an answer an attempt produced but did not send.
+type failure struct {
+	status int
+	header http.Header
+	body   []byte
+	class  Class
+}
+
+// dispatchHTTP runs attempts until one answers the client.
+func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *call) {
+	exclude := map[string]bool{}
+	var attempts []store.Attempt
+	var first *failure
+	rec := store.RequestRecord{}
+	defer func() { s.logRequest(c, rec, attempts) }()
+	var prevAccount string
+	for n := 1; n <= s.cfg.MaxAttempts; n++ {
+		ch, err := s.choose(ctx, c, exclude, "")
+		if err != nil {
+			a := selectionAnswer(err, s.cfg.Now())
+			var none *NoAccountError
+			if first != nil && errors.As(err, &none) && none.EarliestReset.IsZero() {
+				// Every account failed this request: the client gets the first failure.
+				c.writeRaw(w, first.status, first.header, first.body)
+				rec.Status, rec.ErrorCode = first.status, string(first.class)
+				return
+			}
+			if a.Status == http.StatusInternalServerError {
+				s.log.Error("select account", "err", err)
+			}
+			writeError(w, a.Status, a.Err)
+			rec.Status, rec.ErrorCode = a.Status, firstNonEmpty(a.Err.Code, a.Err.Type)
+			attempts = append(attempts, s.attemptRecord(c, n, "", prevAccount, selectionClass(err), "", ActionTerminal, a.Status, a.Err.Code, err.Error(), s.cfg.Now(), 0))
+			return
+		}
+		started := s.cfg.Now()
+		recovery := ""
+		if prevAccount != "" && prevAccount != ch.target.Account.ID {
+			recovery = "failover"
+		}
+		c.recovery = recovery
+		out, f, info := s.attemptHTTP(ctx, w, c, ch)
+		s.metrics.attempts.WithLabelValues(ch.target.Account.ID, string(out.Class), string(out.Action)).Inc()
+		attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prevAccount, out.Class, recovery, out.Action, info.status, info.code, info.detail, started, info.firstEvent))
+		rec.AccountID, rec.Recovery = ch.target.Account.ID, recovery
+		s.penalise(context.WithoutCancel(ctx), ch.target.Account.ID, out.Penalty)
+		switch out.Action {
+		case ActionDone:
+			rec.Status, rec.FirstEvent = http.StatusOK, info.firstEvent
+			rec.InputTokens, rec.OutputTokens, rec.CachedTokens = info.tr.input, info.tr.outputTok, info.tr.cached
+			return
+		case ActionTerminal:
+			rec.Status, rec.ErrorCode, rec.FirstEvent = info.status, firstNonEmpty(info.code, string(out.Class)), info.firstEvent
+			if f != nil {
+				c.writeRaw(w, f.status, f.header, f.body)
+			}
+			return
+		}
+		if first == nil && f != nil {
+			first = f
+		}
+		exclude[ch.target.Account.ID] = true
+		prevAccount = ch.target.Account.ID
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	if first != nil {
+		c.writeRaw(w, first.status, first.header, first.body)
+		rec.Status, rec.ErrorCode = first.status, string(first.class)
+		return
+	}
+	writeError(w, http.StatusServiceUnavailable, apiError{Type: "server_error", Code: wire.CodeServerIsOverloaded, Message: "no account could serve this request"})
+	rec.Status = http.StatusServiceUnavailable
+}
+
+func selectionClass(err error) Class {
+	var conflict *ConflictError
+	if errors.As(err, &conflict) {
+		return "conflict"
+	}
+	return "no_account"
+}
+
+func (s *Server) attemptRecord(c *call, seq int, account, from string, class Class, recovery string, action Action, status int, code, detail string, started time.Time, first time.Duration) store.Attempt {
+	return store.Attempt{RequestID: c.id, Seq: seq, ThreadKey: string(c.ident.Key), SessionID: c.ident.Session,
+		ThreadID: c.ident.Thread, AccountID: account, FromAccountID: from, Transport: c.transport, Class: string(class),
+		Recovery: recovery, Action: string(action), Status: status, ErrorCode: code, Detail: detail,
+		StartedAt: started, EndedAt: s.cfg.Now(), FirstEvent: first}
+}
+
+// RecoveryHeader names the last recovery action a request needed.
+const RecoveryHeader = "X-Codex-Relay-Recovery"
+
+// writeRaw sends a held answer as the upstream gave it.
+func (c *call) writeRaw(w http.ResponseWriter, status int, h http.Header, body []byte) {
+	c.markRecovery(w.Header())
+	for k, vs := range h {
+		w.Header()[k] = vs
+	}
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// attemptInfo is what the attempt record needs.
+type attemptInfo struct {
+	status     int
+	code       string
+	detail     string
+	firstEvent time.Duration
+	tr         tracker
+}
+
+// passHeaders are upstream answer headers Codex reads: rate limits, turn
+// state, request ids.
+func passHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		lk := strings.ToLower(k)
+		if strings.HasPrefix(lk, "x-codex-") || lk == "x-request-id" || strings.HasPrefix(lk, "openai-") || strings.HasPrefix(lk, "x-ratelimit-") {
+			dst[k] = append([]string(nil), vs...)
+		}
+	}
+}
+
+// attemptHTTP tries the request on one account. It returns the outcome and,
+// for a failure the client has not been sent, the answer to send.
+func (s *Server) attemptHTTP(ctx context.Context, w http.ResponseWriter, c *call, ch choice) (Outcome, *failure, attemptInfo) {
+	acct := ch.target.Account.ID
+	cnt := s.counter(acct)
+	cnt.Add(1)
+	defer cnt.Add(-1)
+	var info attemptInfo
+	now := s.cfg.Now()
+
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := s.cfg.Upstream.Post(actx, ch.target, ch.target.ResponsesURL(c.sub), c.header, c.body)
+	if err != nil {
+		info.detail = err.Error()
+		out := Classify(AttemptEnd{Now: now, Transport: err, Cancelled: ctx.Err() != nil})
+		return out, &failure{status: http.StatusBadGateway, body: errorJSON(apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"}), class: out.Class}, info
+	}
+	defer resp.Body.Close()
+	info.status = resp.StatusCode
+	go s.foldUsage(context.WithoutCancel(ctx), acct, resp.Header)
+
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		e, ok := wire.ParseErrorBody(body)
+		var ep *wire.Error
+		if ok {
+			ep = &e
+			info.code = firstNonEmpty(e.Code, e.Type)
+			info.detail = e.Message
+		}
+		out := Classify(AttemptEnd{Now: now, Status: resp.StatusCode, Err: ep, Cancelled: ctx.Err() != nil})
+		h := http.Header{}
+		passHeaders(h, resp.Header)
+		if ct := resp.Header.Get("Content-Type"); ct != "" {
+			h.Set("Content-Type", ct)
+		}
+		return out, &failure{status: resp.StatusCode, header: h, body: body, class: out.Class}, info
+	}
+
+	if !strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {
+		// A JSON answer (the legacy compact route): pass it through.
+		body, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxBodyBytes))
+		if err != nil {
+			info.detail = err.Error()
+			out := Classify(AttemptEnd{Now: now, Transport: err, Cancelled: ctx.Err() != nil})
+			return out, &failure{status: http.StatusBadGateway, body: errorJSON(apiError{Type: "server_error", Message: "the upstream answer broke off"}), class: out.Class}, info
+		}
+		h := w.Header()
+		passHeaders(h, resp.Header)
+		c.markRecovery(h)
+		h.Set("Content-Type", resp.Header.Get("Content-Type"))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(body)
+		info.firstEvent = s.cfg.Now().Sub(c.start)
+		s.settle(context.WithoutCancel(ctx), c, ch, "")
+		return Outcome{Class: ClassOK, Action: ActionDone}, nil, info
+	}
+	return s.streamSSE(ctx, cancel, w, c, ch, resp, info)
+}
+
+func errorJSON(e apiError) []byte {
+	b, _ := json.Marshal(wire.ErrorBody{Error: e})
+	return b
+}
+
+// streamSSE forwards an upstream event stream. Events before the first
+// semantic one are held back, so a failure that arrives before any work can
+// still move the request to another account; from the first semantic event
+// on, every event is written and flushed as it arrives, as the bytes the
+// upstream sent. Every stream the client sees ends with a terminal event.
+func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, c *call, ch choice, resp *http.Response, info attemptInfo) (Outcome, *failure, attemptInfo) {
+	flusher, _ := w.(http.Flusher)
+	sw := wire.NewSSEWriter(w)
+	reader := wire.NewSSEReader(resp.Body, 0, 0)
+	var tr tracker
+	var held []wire.SSEEvent
+	committed := false
+	var stalledFlag atomic.Bool
+	idle := time.AfterFunc(s.cfg.StreamIdleTimeout, func() { stalledFlag.Store(true); cancel() })
+	defer idle.Stop()
+
+	turnState := resp.Header.Get(wire.HeaderTurnState)
+	proxyTurnState := false
+	if turnState == "" && c.turnState == "" {
+		turnState, proxyTurnState = store.NewSecret("rts_"), true
+	}
+	commit := func() {
+		if committed {
+			return
+		}
+		committed = true
+		h := w.Header()
+		passHeaders(h, resp.Header)
+		c.markRecovery(h)
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+		if turnState != "" {
+			h.Set(wire.HeaderTurnState, turnState)
+		}
+		w.WriteHeader(http.StatusOK)
+		info.firstEvent = s.cfg.Now().Sub(c.start)
+		for _, ev := range held {
+			_ = sw.WriteEvent(ev.Name, ev.Data)
+		}
+		held = nil
+	}
+
+	var readErr error
+	for {
+		ev, err := reader.Next()
+		if err != nil {
+			readErr = err
+			break
+		}
+		idle.Reset(s.cfg.StreamIdleTimeout)
+		typ, _ := wire.EventType(ev.Data)
+		tr.observe(typ, ev.Data)
+		if !committed && !tr.work && !wire.IsTerminal(typ) {
+			held = append(held, wire.SSEEvent{Name: ev.Name, Data: append([]byte(nil), ev.Data...)})
+			continue
+		}
+		if !committed && wire.IsTerminal(typ) && typ != wire.EventResponseCompleted && typ != wire.EventResponseIncomplete {
+			// A failure before any work: maybe another account can serve.
+			out := Classify(AttemptEnd{Now: s.cfg.Now(), Status: failStatus(tr), Err: tr.failure, Cancelled: ctx.Err() != nil})
+			info.code, info.tr = errCode(tr.failure), tr
+			if out.Action == ActionNext {
+				return out, &failure{status: statusOr(failStatus(tr), http.StatusBadGateway), body: errorJSON(*tr.failure), class: out.Class}, info
+			}
+		}
+		commit()
+		if err := sw.WriteEvent(ev.Name, ev.Data); err != nil {
+			return Classify(AttemptEnd{Cancelled: true}), nil, info
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		s.metrics.events.WithLabelValues(c.transport).Inc()
+		if wire.IsTerminal(typ) {
+			break
+		}
+	}
+	info.tr = tr
+	info.code = errCode(tr.failure)
+	stalled := stalledFlag.Load()
+	end := AttemptEnd{Now: s.cfg.Now(), WorkObserved: tr.work, Cancelled: ctx.Err() != nil && !stalled}
+	switch {
+	case tr.terminal == wire.EventResponseCompleted || tr.terminal == wire.EventResponseIncomplete:
+		end.Completed = true
+	case tr.terminal != "":
+		end.Status, end.Err = failStatus(tr), tr.failure
+	case stalled:
+		end.Stalled, end.Transport = true, errStall
+		info.detail = errStall.Error()
+	default:
+		end.StreamCut, end.Transport = true, readErr
+		if readErr != nil && !errors.Is(readErr, io.EOF) {
+			info.detail = readErr.Error()
+		}
+	}
+	out := Classify(end)
+	if out.Action == ActionNext && !committed {
+		return out, &failure{status: http.StatusBadGateway, body: errorJSON(apiError{Type: "server_error", Code: "upstream_stream_interrupted", Message: "the upstream stream ended before any output"}), class: out.Class}, info
+	}
+	if out.Action == ActionNext {
+		out.Action = ActionTerminal
+	}
+	if out.Class == ClassCancelled {
+		return out, nil, info
+	}
+	if tr.terminal == "" {
+		// The upstream broke off or went quiet after work reached the client:
+		// end the stream properly. Codex retries a failed stream by itself.
+		commit()
+		msg := "the upstream stream ended without a terminal event"
+		if stalled {
+			msg = "the upstream sent nothing for " + s.cfg.StreamIdleTimeout.String()
+		}
+		_ = sw.WriteEvent(wire.EventResponseFailed, failedEvent(tr.responseID, c.id, "upstream_stream_interrupted", msg))
+		if flusher != nil {
+			flusher.Flush()
+		}
+		info.status = http.StatusBadGateway
+		return out, nil, info
+	}
+	if out.Action == ActionDone {
+		if turnState != "" {
+			s.owners.put(turnStateKey(turnState), owner{account: ch.target.Account.ID, scope: c.client.scope(), proxy: proxyTurnState})
+		}
+		s.commitContinuity(c, ch, tr, turnState)
+		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
+	}
+	return out, nil, info
+}
+
+func failStatus(tr tracker) int {
+	if tr.failStatus != 0 {
+		return tr.failStatus
+	}
+	return 0
+}
+
+func statusOr(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func errCode(e *wire.Error) string {
+	if e == nil {
+		return ""
+	}
+	return firstNonEmpty(e.Code, e.Type)
+}
+
+// failedEvent builds a response.failed event for a stream the relay ends.
+func failedEvent(responseID, requestID, code, msg string) []byte {
+	if responseID == "" {
+		responseID = "resp_relay_" + requestID
+	}
+	b, _ := json.Marshal(map[string]any{
+		"type": wire.EventResponseFailed,
+		"response": map[string]any{"id": responseID, "object": "response", "status": "failed",
+			"error": map[string]string{"code": code, "message": msg}},
+	})
+	return b
+}
+
+// commitContinuity remembers a completed turn for the thread.
+func (s *Server) commitContinuity(c *call, ch choice, tr tracker, turnState string) {
+	if c.ident.Key == "" || tr.responseID == "" {
+		return
+	}
+	input := c.fields.Input
+	if c.fields.PreviousResponseID != "" {
+		full, err := s.conts.Resolve(c.contKey(), c.fields.PreviousResponseID, c.fields.Input)
+		if err != nil {
+			return
+		}
+		input = full
+	}
+	s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: input, Output: tr.output,
+		AccountID: ch.target.Account.ID, Organization: ch.target.Account.Organization, TurnState: turnState})
+}

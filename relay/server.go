@@ -1,0 +1,155 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// Config is what the relay needs, built by cmd.
+type Config struct {
+	Store    *store.Store
+	Upstream *Upstream
+	Logger   *slog.Logger
+	Registry prometheus.Registerer
+	Now      func() time.Time
+	// BindingTTL bounds soft bindings: they expire after this long without
+	// activity. Default 6h.
+	BindingTTL time.Duration
+	// StreamIdleTimeout ends an upstream stream that sent nothing for this
+	// long. Default 5m.
+	StreamIdleTimeout time.Duration
+	// MaxBodyBytes bounds a request body after decompression. Default 64 MiB.
+	MaxBodyBytes int64
+	// MaxAttempts bounds how many accounts one request may try. Default 4.
+	MaxAttempts int
+	// Continuity is the thread-scoped replay cache; one is made when nil.
+	Continuity *continuity.Cache
+}
+
+// Server serves Codex's routes. Safe for concurrent use.
+type Server struct {
+	cfg     Config // static after New
+	log     *slog.Logger
+	metrics *metrics
+	owners  *ownerIndex       // response id / turn state -> account
+	conts   *continuity.Cache // thread-scoped history
+	// inflight counts requests under way per account id on this replica.
+	inflight sync.Map // string -> *atomic.Int64
+}
+
+// New builds the relay server.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Upstream == nil {
+		cfg.Upstream = NewUpstream()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.BindingTTL <= 0 {
+		cfg.BindingTTL = 6 * time.Hour
+	}
+	if cfg.StreamIdleTimeout <= 0 {
+		cfg.StreamIdleTimeout = 5 * time.Minute
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 64 << 20
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 4
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Continuity == nil {
+		cfg.Continuity = continuity.New(continuity.Options{Now: cfg.Now})
+	}
+	return &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		metrics: newMetrics(cfg.Registry),
+		owners:  newOwnerIndex(200_000),
+		conts:   cfg.Continuity,
+	}
+}
+
+// Continuity exposes the cache, for operators' resets.
+func (s *Server) Continuity() *continuity.Cache { return s.conts }
+
+func (s *Server) counter(accountID string) *atomic.Int64 {
+	v, _ := s.inflight.LoadOrStore(accountID, new(atomic.Int64))
+	return v.(*atomic.Int64)
+}
+
+// InFlight reports requests under way on an account on this replica.
+func (s *Server) InFlight(accountID string) int { return int(s.counter(accountID).Load()) }
+
+// Run does the relay's background housekeeping until ctx ends: expired
+// bindings are deleted and idle continuity entries swept.
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.conts.Sweep()
+			if _, err := s.cfg.Store.DeleteExpiredBindings(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("delete expired bindings", "err", err)
+			}
+		}
+	}
+}
+
+// ServeHTTP routes Codex's requests. Paths are accepted under both upstream
+// flavours: /backend-api/codex/... (ChatGPT backend) and /v1/... (OpenAI).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rest, ok := cutPrefix(r.URL.Path, "/backend-api/codex", "/v1")
+	if !ok {
+		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "not_found", Message: "no such route"})
+		return
+	}
+	switch {
+	case rest == "/responses" && r.Method == http.MethodGet && isWebSocketUpgrade(r):
+		s.serveWebSocket(w, r)
+	case rest == "/responses" && r.Method == http.MethodPost:
+		s.serveResponses(w, r, "")
+	case rest == "/responses/compact" && r.Method == http.MethodPost:
+		s.serveResponses(w, r, "/compact")
+	case rest == "/models" && r.Method == http.MethodGet:
+		s.serveModels(w, r)
+	case strings.HasPrefix(rest, "/thread/goal/") && r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/backend-api/codex/"):
+		s.serveGoal(w, r, strings.TrimPrefix(rest, "/thread/goal/"))
+	case rest == "/responses":
+		w.Header().Set("Allow", "GET, POST")
+		writeError(w, http.StatusMethodNotAllowed, apiError{Type: "invalid_request_error", Code: "method_not_allowed", Message: "use POST (or a WebSocket upgrade)"})
+	default:
+		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "not_found", Message: "no such route"})
+	}
+}
+
+func cutPrefix(p string, prefixes ...string) (string, bool) {
+	for _, pre := range prefixes {
+		if rest, ok := strings.CutPrefix(p, pre); ok && (rest == "" || rest[0] == '/') {
+			return rest, true
+		}
+	}
+	return "", false
+}
+
+func isWebSocketUpgrade(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}

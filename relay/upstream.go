@@ -1,0 +1,170 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/wire"
+)
+
+// Target is one account as the upstream client needs it.
+type Target struct {
+	Account store.Account
+	Cred    store.Credentials
+}
+
+// ResponsesURL is the account's Responses endpoint; sub is "" or "/compact".
+func (t Target) ResponsesURL(sub string) string {
+	return strings.TrimRight(t.Account.BaseURL, "/") + "/responses" + sub
+}
+
+// URL joins a path below the account's base URL.
+func (t Target) URL(path string) string {
+	return strings.TrimRight(t.Account.BaseURL, "/") + path
+}
+
+// authorize sets the account's credentials on an upstream request.
+func (t Target) authorize(h http.Header) {
+	switch t.Account.Kind {
+	case store.KindChatGPT:
+		h.Set("Authorization", "Bearer "+t.Cred.AccessToken)
+		if t.Account.ChatGPTAccountID != "" {
+			h.Set("ChatGPT-Account-Id", t.Account.ChatGPTAccountID)
+		}
+	default:
+		h.Set("Authorization", "Bearer "+t.Cred.APIKey)
+	}
+}
+
+// droppedHeaders never go upstream: hop-by-hop headers, the client's own
+// credentials and account selectors, what the transport sets itself, and
+// proxy bookkeeping. Everything else (identity headers, originator,
+// User-Agent, unknown x-codex-* headers) passes through.
+var droppedHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Authorization": true, "Cookie": true, "Chatgpt-Account-Id": true, "Openai-Organization": true,
+	"Openai-Project": true, "X-Api-Key": true, "Api-Key": true,
+	"Host": true, "Content-Length": true, "Content-Encoding": true, "Accept-Encoding": true,
+	"Forwarded": true, "X-Forwarded-For": true, "X-Forwarded-Host": true, "X-Forwarded-Proto": true, "X-Real-Ip": true,
+	"Sec-Websocket-Key": true, "Sec-Websocket-Version": true, "Sec-Websocket-Extensions": true,
+	"Sec-Websocket-Protocol": true, "Sec-Websocket-Accept": true, "Origin": true,
+}
+
+// forwardHeaders copies the client's headers that may go upstream.
+func forwardHeaders(dst, src http.Header) {
+	var connListed map[string]bool
+	for _, v := range src.Values("Connection") {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				if connListed == nil {
+					connListed = map[string]bool{}
+				}
+				connListed[http.CanonicalHeaderKey(f)] = true
+			}
+		}
+	}
+	for k, vs := range src {
+		ck := http.CanonicalHeaderKey(k)
+		if droppedHeaders[ck] || connListed[ck] {
+			continue
+		}
+		dst[ck] = append([]string(nil), vs...)
+	}
+}
+
+// Upstream reaches accounts over HTTP and WebSocket. Static after construction.
+type Upstream struct {
+	HTTP *http.Client
+	// DialTimeout bounds connecting and the WebSocket handshake.
+	DialTimeout time.Duration
+}
+
+// NewUpstream returns a client with pooled connections and deadlines on
+// connecting and on waiting for response headers; streams themselves are
+// bounded by the caller's idle deadline, not a total timeout.
+func NewUpstream() *Upstream {
+	tr := &http.Transport{
+		Proxy:                 nil, // only the upstreams an operator configured; no ambient proxy
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &Upstream{HTTP: &http.Client{Transport: tr}, DialTimeout: 15 * time.Second}
+}
+
+// Post sends a body to url for target with the client's forwardable headers.
+func (u *Upstream) Post(ctx context.Context, t Target, url string, clientHeader http.Header, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
+	if err != nil {
+		return nil, fmt.Errorf("build upstream request: %w", err)
+	}
+	forwardHeaders(req.Header, clientHeader)
+	t.authorize(req.Header)
+	req.Header.Set("Content-Type", "application/json")
+	req.ContentLength = int64(len(body))
+	resp, err := u.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", t.Account.ID, err)
+	}
+	return resp, nil
+}
+
+// Get fetches url for target (models, goal routes use POST via Post).
+func (u *Upstream) Get(ctx context.Context, t Target, url string, clientHeader http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("build upstream request: %w", err)
+	}
+	forwardHeaders(req.Header, clientHeader)
+	t.authorize(req.Header)
+	resp, err := u.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", t.Account.ID, err)
+	}
+	return resp, nil
+}
+
+// MaxMessageBytes bounds one WebSocket message in either direction. Codex's
+// first request is easily 40 KB; full rebuilt histories are far larger.
+const MaxMessageBytes = 64 << 20
+
+// DialWebSocket opens an upstream Responses WebSocket for target. The
+// returned response carries the upgrade's headers (rate limits, turn state).
+func (u *Upstream) DialWebSocket(ctx context.Context, t Target, clientHeader http.Header) (*websocket.Conn, *http.Response, error) {
+	url := t.ResponsesURL("")
+	switch {
+	case strings.HasPrefix(url, "https://"):
+		url = "wss://" + strings.TrimPrefix(url, "https://")
+	case strings.HasPrefix(url, "http://"):
+		url = "ws://" + strings.TrimPrefix(url, "http://")
+	}
+	h := http.Header{}
+	forwardHeaders(h, clientHeader)
+	t.authorize(h)
+	h.Set("OpenAI-Beta", wire.OpenAIBetaWebSockets)
+	dctx, cancel := context.WithTimeout(ctx, u.DialTimeout)
+	defer cancel()
+	conn, resp, err := websocket.Dial(dctx, url, &websocket.DialOptions{
+		HTTPClient:      u.HTTP,
+		HTTPHeader:      h,
+		CompressionMode: websocket.CompressionContextTakeover,
+	})
+	if err != nil {
+		return nil, resp, fmt.Errorf("dial upstream websocket %s: %w", t.Account.ID, err)
+	}
+	conn.SetReadLimit(MaxMessageBytes)
+	return conn, resp, nil
+}

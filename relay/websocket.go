@@ -1,0 +1,479 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/wire"
+)
+
+// Client connection timings.
+const (
+	clientWriteTimeout = 15 * time.Second
+	clientPingEvery    = 30 * time.Second
+	clientPingTimeout  = 20 * time.Second
+)
+
+// wsSession is one client WebSocket: requests arrive one at a time and are
+// served over upstream lanes of this thread. Owned by serveWebSocket's
+// errgroup: a reader, a pinger and the serving loop.
+type wsSession struct {
+	s      *Server
+	conn   *websocket.Conn
+	client client
+	ident  Identity
+	header http.Header // handshake headers, forwarded upstream
+	path   string
+	lane   *lane // owned by the serving loop
+	// turnState is this thread's proxy-generated turn state, when the
+	// upstream gives none; owned by the serving loop.
+	turnState string
+}
+
+func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	cl, ans, err := s.authenticate(ctx, r)
+	if err != nil {
+		writeError(w, ans.Status, ans.Err)
+		return
+	}
+	ident, err := ParseIdentity(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
+		return
+	}
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionContextTakeover})
+	if err != nil {
+		return // Accept has answered the client
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(MaxMessageBytes)
+	sess := &wsSession{s: s, conn: conn, client: cl, ident: ident, header: r.Header.Clone(), path: r.URL.Path}
+	err = sess.run(ctx)
+	if sess.lane != nil {
+		sess.lane.close()
+		s.metrics.lanes.WithLabelValues("closed").Inc()
+	}
+	if err != nil && !isNormalClose(err) && ctx.Err() == nil {
+		s.log.Debug("websocket session ended", "err", err)
+	}
+	conn.Close(websocket.StatusNormalClosure, "")
+}
+
+func isNormalClose(err error) bool {
+	st := websocket.CloseStatus(err)
+	return st == websocket.StatusNormalClosure || st == websocket.StatusGoingAway || errors.Is(err, context.Canceled)
+}
+
+// errSessionDone ends a session's goroutines once the client has gone.
+var errSessionDone = errors.New("session done")
+
+func (ws *wsSession) run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	msgs := make(chan []byte, 1)
+	g.Go(func() error {
+		defer close(msgs)
+		for {
+			typ, data, err := ws.conn.Read(ctx)
+			if err != nil {
+				return err
+			}
+			if typ != websocket.MessageText {
+				if err := ws.write(ctx, errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "unsupported_frame",
+					Message: "binary frames are not supported: send response.create as a text frame"})); err != nil {
+					return err
+				}
+				continue
+			}
+			select {
+			case msgs <- data:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	g.Go(func() error {
+		t := time.NewTicker(clientPingEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				pctx, cancel := context.WithTimeout(ctx, clientPingTimeout)
+				err := ws.conn.Ping(pctx)
+				cancel()
+				if err != nil && ctx.Err() == nil {
+					return fmt.Errorf("client ping: %w", err)
+				}
+			}
+		}
+	})
+	g.Go(func() error {
+		for msg := range msgs {
+			if err := ws.serve(ctx, msg); err != nil {
+				return err
+			}
+		}
+		return errSessionDone
+	})
+	err := g.Wait()
+	if errors.Is(err, errSessionDone) {
+		return nil
+	}
+	return err
+}
+
+func (ws *wsSession) write(ctx context.Context, msg []byte) error {
+	wctx, cancel := context.WithTimeout(ctx, clientWriteTimeout)
+	defer cancel()
+	return ws.conn.Write(wctx, websocket.MessageText, msg)
+}
+
+// clientMeta is the part of a response.create the relay reads beyond the
+// request fields.
+type clientMeta struct {
+	Type           string            `json:"type"`
+	ClientMetadata map[string]string `json:"client_metadata"`
+}
+
+// serve handles one response.create. It returns an error only when the
+// client connection is unusable; request failures become error events.
+func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
+	s := ws.s
+	c := &call{id: store.NewID("req", s.cfg.Now()), start: s.cfg.Now(), transport: "ws", path: ws.path,
+		client: ws.client, ident: ws.ident, header: ws.header}
+	var meta clientMeta
+	if err := json.Unmarshal(msg, &meta); err != nil {
+		return ws.write(ctx, errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: "the message is not valid JSON"}))
+	}
+	if meta.Type != wire.MessageResponseCreate {
+		return ws.write(ctx, errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "unsupported_message",
+			Message: fmt.Sprintf("unsupported message type %q: send response.create", meta.Type)}))
+	}
+	fields, err := continuity.RequestFields(msg)
+	if err != nil {
+		return ws.write(ctx, errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: err.Error()}))
+	}
+	if !ws.client.allowsModel(fields.Model) {
+		return ws.write(ctx, errorEvent(http.StatusForbidden, apiError{Type: "invalid_request_error", Code: "model_not_allowed", Message: fmt.Sprintf("this client key may not use model %q", fields.Model)}))
+	}
+	c.body, c.fields = msg, fields
+	c.turnState = strings.TrimSpace(meta.ClientMetadata[wire.HeaderTurnState])
+
+	var attempts []store.Attempt
+	rec := store.RequestRecord{}
+	defer func() { s.logRequest(c, rec, attempts) }()
+	exclude := map[string]bool{}
+	prev := ""
+	var firstFail []byte
+	for n := 1; n <= s.cfg.MaxAttempts+1; n++ {
+		laneOwner := ""
+		if ws.lane != nil && ws.lane.alive() {
+			laneOwner = ws.lane.account.ID
+		}
+		ch, err := s.choose(ctx, c, exclude, laneOwner)
+		if err != nil && laneOwner != "" && !errors.As(err, new(*ConflictError)) {
+			// The lane's account cannot serve now: retire the lane and let
+			// the request move (its history is rebuilt from continuity).
+			ws.retireLane("replaced")
+			ch, err = s.choose(ctx, c, exclude, "")
+		}
+		if err != nil {
+			var none *NoAccountError
+			if firstFail != nil && errors.As(err, &none) && none.EarliestReset.IsZero() {
+				rec.Status, rec.ErrorCode = http.StatusBadGateway, "all_accounts_failed"
+				return ws.write(ctx, firstFail)
+			}
+			a := selectionAnswer(err, s.cfg.Now())
+			rec.Status, rec.ErrorCode = a.Status, firstNonEmpty(a.Err.Code, a.Err.Type)
+			attempts = append(attempts, s.attemptRecord(c, n, "", prev, selectionClass(err), "", ActionTerminal, a.Status, a.Err.Code, err.Error(), s.cfg.Now(), 0))
+			return ws.write(ctx, errorEvent(a.Status, a.Err))
+		}
+		started := s.cfg.Now()
+		res := ws.attempt(ctx, c, ch)
+		if res.clientErr != nil {
+			return res.clientErr
+		}
+		recovery := ""
+		if prev != "" && prev != ch.target.Account.ID {
+			recovery = "failover"
+		}
+		s.metrics.attempts.WithLabelValues(ch.target.Account.ID, string(res.out.Class), string(res.out.Action)).Inc()
+		attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prev, res.out.Class, recovery, res.out.Action, res.status, res.code, res.detail, started, res.firstEvent))
+		rec.AccountID, rec.Recovery, rec.FirstEvent = ch.target.Account.ID, recovery, res.firstEvent
+		s.penalise(context.WithoutCancel(ctx), ch.target.Account.ID, res.out.Penalty)
+		switch res.out.Action {
+		case ActionDone:
+			rec.Status = http.StatusOK
+			rec.InputTokens, rec.OutputTokens, rec.CachedTokens = res.tr.input, res.tr.outputTok, res.tr.cached
+			return nil
+		case ActionTerminal:
+			rec.Status, rec.ErrorCode = statusOr(res.status, http.StatusOK), firstNonEmpty(res.code, string(res.out.Class))
+			if res.final != nil {
+				return ws.write(ctx, res.final)
+			}
+			return nil
+		}
+		if firstFail == nil {
+			firstFail = res.final
+		}
+		if !res.sameAccount {
+			exclude[ch.target.Account.ID] = true
+		}
+		prev = ch.target.Account.ID
+	}
+	rec.Status = http.StatusBadGateway
+	if firstFail != nil {
+		return ws.write(ctx, firstFail)
+	}
+	return ws.write(ctx, errorEvent(http.StatusServiceUnavailable, apiError{Type: "server_error", Code: wire.CodeServerIsOverloaded, Message: "no account could serve this request"}))
+}
+
+// retireLane closes the current lane.
+func (ws *wsSession) retireLane(why string) {
+	if ws.lane == nil {
+		return
+	}
+	ws.lane.close()
+	ws.lane = nil
+	ws.s.metrics.lanes.WithLabelValues(why).Inc()
+}
+
+// wsResult is how one attempt over a lane ended.
+type wsResult struct {
+	out        Outcome
+	final      []byte // the event to send the client when the request ends here
+	clientErr  error  // the client connection failed
+	status     int
+	code       string
+	detail     string
+	firstEvent time.Duration
+	tr         tracker
+	// sameAccount: the lane broke for a reason of its own (connection age);
+	// the next attempt may use the same account on a fresh lane.
+	sameAccount bool
+}
+
+// attempt sends the request over a lane of ch's account and forwards its
+// events. Events before the first semantic one are held back so a failure
+// before any work can move to another account unseen.
+func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
+	s := ws.s
+	acct := ch.target.Account.ID
+	cnt := s.counter(acct)
+	cnt.Add(1)
+	defer cnt.Add(-1)
+	now := s.cfg.Now()
+	res := wsResult{}
+
+	if ws.lane != nil && (!ws.lane.alive() || ws.lane.account.ID != acct) {
+		ws.retireLane("replaced")
+	}
+	if ws.lane == nil {
+		l, err := s.openLane(ctx, ch.target, ws.header)
+		if err != nil {
+			res.detail = err.Error()
+			res.out = Classify(AttemptEnd{Now: now, Transport: err, Status: 0, Cancelled: ctx.Err() != nil})
+			res.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"})
+			return res
+		}
+		ws.lane = l
+		go s.foldUsage(context.WithoutCancel(ctx), acct, l.header)
+	} else {
+		s.metrics.lanes.WithLabelValues("reused").Inc()
+	}
+	l := ws.lane
+	l.drain()
+
+	// Chain on the lane when it produced previous_response_id; otherwise
+	// send the full history from continuity, or ask Codex to resend it.
+	msg := c.body
+	full := c.fields.Input
+	if prev := c.fields.PreviousResponseID; prev != "" {
+		resolved, rerr := s.conts.Resolve(c.contKey(), prev, c.fields.Input)
+		if rerr == nil {
+			full = resolved
+		}
+		if !l.known[prev] {
+			if rerr != nil {
+				res.out = Outcome{Class: ClassPrevNotFound, Action: ActionTerminal}
+				res.status, res.code = http.StatusBadRequest, wire.CodePreviousResponseNotFound
+				res.final = errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: wire.CodePreviousResponseNotFound,
+					Message: "previous response " + prev + " is not held on this account's connection; resend the full request"})
+				return res
+			}
+			rebuilt, err := continuity.WithFullInput(c.body, full)
+			if err != nil {
+				res.out = Outcome{Class: ClassInvalid, Action: ActionTerminal}
+				res.final = errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: err.Error()})
+				return res
+			}
+			msg = rebuilt
+			s.metrics.lanes.WithLabelValues("rebuilt").Inc()
+		}
+	}
+	if err := l.send(ctx, msg); err != nil {
+		ws.retireLane("closed")
+		res.detail = err.Error()
+		res.out = Classify(AttemptEnd{Now: now, Transport: err, Cancelled: ctx.Err() != nil})
+		res.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream connection failed"})
+		return res
+	}
+
+	var tr tracker
+	var held [][]byte
+	committed := false
+	idle := time.NewTimer(s.cfg.StreamIdleTimeout)
+	defer idle.Stop()
+	upstreamTurnState := l.header.Get(wire.HeaderTurnState)
+	flush := func() error {
+		if !committed {
+			committed = true
+			res.firstEvent = s.cfg.Now().Sub(c.start)
+		}
+		for _, h := range held {
+			if err := ws.write(ctx, h); err != nil {
+				return err
+			}
+		}
+		held = nil
+		return nil
+	}
+	for {
+		var data []byte
+		var ok bool
+		select {
+		case data, ok = <-l.events:
+		case <-idle.C:
+			ws.retireLane("closed")
+			res.tr, res.detail = tr, errStall.Error()
+			return ws.endBroken(ctx, c, res, tr, committed, AttemptEnd{Now: s.cfg.Now(), Stalled: true, Transport: errStall, WorkObserved: tr.work})
+		case <-ctx.Done():
+			ws.retireLane("closed")
+			res.out = Outcome{Class: ClassCancelled, Action: ActionTerminal}
+			res.clientErr = ctx.Err()
+			return res
+		}
+		if !ok {
+			err := l.readErr()
+			ws.retireLane("closed")
+			res.tr, res.detail = tr, fmt.Sprint(err)
+			return ws.endBroken(ctx, c, res, tr, committed, AttemptEnd{Now: s.cfg.Now(), StreamCut: true, Transport: err, WorkObserved: tr.work})
+		}
+		if !idle.Stop() {
+			select {
+			case <-idle.C:
+			default:
+			}
+		}
+		idle.Reset(s.cfg.StreamIdleTimeout)
+		typ, _ := wire.EventType(data)
+		tr.observe(typ, data)
+		if typ == wire.EventResponseMetadata {
+			upstreamTurnState = firstNonEmpty(tr.turnState, upstreamTurnState)
+		}
+		if wire.IsTerminal(typ) && typ != wire.EventResponseCompleted && typ != wire.EventResponseIncomplete {
+			end := AttemptEnd{Now: s.cfg.Now(), Status: statusOr(tr.failStatus, 0), Err: tr.failure, WorkObserved: tr.work}
+			res.out = Classify(end)
+			res.status, res.code, res.tr = tr.failStatus, errCode(tr.failure), tr
+			if tr.failure != nil && tr.failure.Code == wire.CodeWebSocketConnectionLimitReached && !committed {
+				// The upstream retired the connection: a fresh lane on the
+				// same account takes the request, rebuilt from continuity.
+				ws.retireLane("replaced")
+				res.out = Outcome{Class: ClassTransport, Action: ActionNext}
+				res.sameAccount = true
+				res.final = data
+				return res
+			}
+			if res.out.Action == ActionNext && !committed {
+				if res.out.Penalty != nil {
+					ws.retireLane("replaced")
+				}
+				res.final = data
+				return res
+			}
+			if err := flush(); err != nil {
+				res.clientErr = err
+				return res
+			}
+			res.out.Action = ActionTerminal
+			res.final = data
+			return res
+		}
+		if !committed && !tr.work && typ != wire.EventResponseCompleted && typ != wire.EventResponseIncomplete {
+			held = append(held, data)
+			continue
+		}
+		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
+			ts := upstreamTurnState
+			proxy := false
+			if ts == "" && c.turnState == "" {
+				// The upstream gave no turn state: the relay keeps one per thread.
+				if ws.turnState == "" {
+					ws.turnState = store.NewSecret("rts_")
+				}
+				ts, proxy = ws.turnState, true
+				held = append(held, mustJSON(map[string]any{"type": wire.EventResponseMetadata, "headers": map[string]string{wire.HeaderTurnState: ts}}))
+			}
+			if ts != "" {
+				s.owners.put(turnStateKey(ts), owner{account: acct, scope: c.client.scope(), proxy: proxy})
+			}
+		}
+		held = append(held, data)
+		if err := flush(); err != nil {
+			res.clientErr = err
+			return res
+		}
+		s.metrics.events.WithLabelValues("ws").Inc()
+		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
+			res.tr = tr
+			res.status = http.StatusOK
+			res.out = Outcome{Class: ClassOK, Action: ActionDone}
+			if tr.responseID != "" {
+				l.known[tr.responseID] = true
+			}
+			if c.ident.Key != "" && tr.responseID != "" {
+				s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
+					AccountID: acct, Organization: ch.target.Account.Organization, TurnState: upstreamTurnState})
+			}
+			s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
+			return res
+		}
+	}
+}
+
+// endBroken ends an attempt whose lane broke or went quiet.
+func (ws *wsSession) endBroken(ctx context.Context, c *call, res wsResult, tr tracker, committed bool, end AttemptEnd) wsResult {
+	res.out = Classify(end)
+	if res.out.Action == ActionNext && !committed {
+		res.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_stream_interrupted", Message: "the upstream connection ended before any output"})
+		return res
+	}
+	res.out.Action = ActionTerminal
+	msg := "the upstream connection ended without a terminal event"
+	if end.Stalled {
+		msg = "the upstream sent nothing for " + ws.s.cfg.StreamIdleTimeout.String()
+	}
+	res.status = http.StatusBadGateway
+	res.final = failedEvent(tr.responseID, c.id, "upstream_stream_interrupted", msg)
+	return res
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("relay: encode " + err.Error()) // only fixed shapes are encoded here
+	}
+	return b
+}
