@@ -20,6 +20,26 @@ var SessionHeaders = []string{"session-id", "session_id", "x-codex-session-id", 
 // ThreadHeader carries the id of one conversation (a sub-agent has its own).
 const ThreadHeader = "thread-id"
 
+// canonical header names, computed once: http.Header.Get would canonicalise
+// (and allocate) on every request.
+var (
+	canonicalSessionHeaders = func() []string {
+		out := make([]string, len(SessionHeaders))
+		for i, h := range SessionHeaders {
+			out[i] = http.CanonicalHeaderKey(h)
+		}
+		return out
+	}()
+	canonicalThreadHeader = http.CanonicalHeaderKey(ThreadHeader)
+)
+
+func headerValue(h http.Header, canonical string) string {
+	if v := h[canonical]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // maxIdentityLen bounds identity header values; longer ones are refused.
 const maxIdentityLen = 256
 
@@ -73,8 +93,8 @@ func (e *IdentityError) Error() string {
 // headers, separately, and derives the keys.
 func ParseIdentity(h http.Header) (Identity, error) {
 	var id Identity
-	for _, name := range SessionHeaders {
-		v, err := normaliseID(name, h.Get(name))
+	for i, name := range SessionHeaders {
+		v, err := normaliseID(name, headerValue(h, canonicalSessionHeaders[i]))
 		if err != nil {
 			return Identity{}, err
 		}
@@ -83,7 +103,7 @@ func ParseIdentity(h http.Header) (Identity, error) {
 			break
 		}
 	}
-	thread, err := normaliseID(ThreadHeader, h.Get(ThreadHeader))
+	thread, err := normaliseID(ThreadHeader, headerValue(h, canonicalThreadHeader))
 	if err != nil {
 		return Identity{}, err
 	}
@@ -127,16 +147,23 @@ func DeriveIdentity(session, sessionHeader, thread string) Identity {
 // deriveKey hashes length-prefixed parts under the source's namespace, so
 // ("ab","c") and ("a","bc") differ and no part can imitate a separator.
 func deriveKey(src Source, parts ...string) ThreadKey {
-	h := sha256.New()
-	h.Write([]byte("codex-relay thread key " + keyVersion + " " + string(src) + "\x00"))
-	var n [4]byte
+	// One buffer, on the stack for ordinary ids, hashed in one call.
+	var stack [512]byte
+	buf := append(stack[:0], "codex-relay thread key "+keyVersion+" "...)
+	buf = append(buf, src...)
+	buf = append(buf, 0)
 	for _, p := range parts {
-		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
-		h.Write(n[:])
-		h.Write([]byte(p))
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(p)))
+		buf = append(buf, p...)
 	}
-	sum := h.Sum(nil)
-	return ThreadKey(keyVersion + ":" + string(src) + ":" + base64.RawURLEncoding.EncodeToString(sum[:18]))
+	sum := sha256.Sum256(buf)
+	var out [3 + 3 + 24]byte // "v1:" + source + ":" + 24 base64 characters of 18 bytes
+	n := copy(out[:], keyVersion+":")
+	n += copy(out[n:], src)
+	out[n] = ':'
+	n++
+	base64.RawURLEncoding.Encode(out[n:], sum[:18])
+	return ThreadKey(out[:n+24])
 }
 
 // normaliseID trims a header value; blank is absent. UUIDs (what Codex

@@ -10,6 +10,9 @@ type metrics struct {
 	firstEvent *prometheus.HistogramVec // time to first event, by transport
 	duration   *prometheus.HistogramVec // request duration, by transport
 	events     *prometheus.CounterVec   // events forwarded, by transport
+	// eventsHTTP and eventsWS are events' children, resolved once: the
+	// per-event path must not look labels up.
+	eventsHTTP, eventsWS prometheus.Counter
 	lanes      *prometheus.CounterVec   // lane lifecycle, by what happened
 }
 
@@ -28,6 +31,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lanes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_lanes_total",
 			Help: "Upstream WebSocket lane lifecycle: opened, reused, replaced, closed, rebuilt."}, []string{"event"}),
 	}
+	m.eventsHTTP, m.eventsWS = m.events.WithLabelValues("http"), m.events.WithLabelValues("ws")
 	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes)
 	return m
 }

@@ -324,7 +324,7 @@ func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, w htt
 		if flusher != nil {
 			flusher.Flush()
 		}
-		s.metrics.events.WithLabelValues(c.transport).Inc()
+		s.metrics.eventsHTTP.Inc()
 		if wire.IsTerminal(typ) {
 			break
 		}

@@ -435,7 +435,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 			res.clientErr = err
 			return res
 		}
-		s.metrics.events.WithLabelValues("ws").Inc()
+		s.metrics.eventsWS.Inc()
 		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
 			res.tr = tr
 			res.status = http.StatusOK

@@ -16,8 +16,8 @@ import (
 
 const demoPurpose = `Run the relay in front of the simulated upstream, ready for Codex: three accounts
 in two organisations (two ChatGPT subscriptions and an API key), a SQLite database in a
-temp folder, and a client key. Prints the Codex config block, the key, and the console
-and API URLs, then serves until interrupted (the temp folder is removed then).`
+temp folder, and a client key. Prints the Codex config block, the key and the API URL,
+then serves until interrupted (the temp folder is removed then).`
 
 func runDemo(ctx context.Context, c cli, args []string) error {
 	fs := newFlagSet(c, "demo", demoPurpose)
@@ -129,7 +129,6 @@ Codex Relay demo is running.
 
   relay        %s   (database %s)
   admin API    %s/api/v1/   (Authorization: Bearer <admin token>)
-  console      %s/admin/
   upstream     %s   (simulated: 3 accounts in 2 organisations)
 
 Client key (shown once):
@@ -149,5 +148,5 @@ supports_websockets = true
 
 Then: codex exec --skip-git-repo-check "say hello"
 Stop with Ctrl-C.
-`, base, database, base, base, simURL, key, base)
+`, base, database, base, simURL, key, base)
 }

@@ -1,0 +1,57 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// discardWriter is an http.ResponseWriter and Flusher that keeps nothing.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+func (d *discardWriter) Flush()                      {}
+
+// sseStream builds an upstream stream: created, one message with n text
+// deltas, done, completed.
+func sseStream(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString("event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\"}}\n\n")
+	b.WriteString("event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"assistant\",\"content\":[]}}\n\n")
+	for i := range n {
+		fmt.Fprintf(&b, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"word%d \"}\n\n", i)
+	}
+	b.WriteString("event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"...\"}]}}\n\n")
+	b.WriteString("event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"status\":\"completed\",\"usage\":{\"input_tokens\":10,\"output_tokens\":5}}}\n\n")
+	return b.Bytes()
+}
+
+// BenchmarkForwardEvent measures the relay's per-event path over HTTP/SSE:
+// read an event from the upstream body, sniff its type, track it, write it
+// to the client and flush. Reported per event.
+func BenchmarkForwardEvent(b *testing.B) {
+	const deltas = 1000
+	stream := sseStream(deltas)
+	s := New(Config{Store: nil})
+	c := &call{id: "req_bench", transport: "http"} // no thread key: nothing is bound or cached
+	ch := choice{target: Target{Account: store.Account{ID: "acc_bench"}}}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(stream)) / (deltas + 4))
+	b.ResetTimer()
+	for i := 0; i < b.N; i += deltas + 4 {
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(stream))}
+		ctx, cancel := context.WithCancel(context.Background())
+		out, _, _ := s.streamSSE(ctx, cancel, &discardWriter{h: http.Header{}}, c, ch, resp, attemptInfo{})
+		cancel()
+		if out.Action != ActionDone {
+			b.Fatalf("stream ended %v", out)
+		}
+	}
+}
