@@ -145,8 +145,8 @@ func TestHostileInput(t *testing.T) {
 		_, data, err := c.conn.Read(ctx)
 		require.NoError(t, err)
 		var ev struct {
-			Type   string `json:"type"`
-			Status int    `json:"status"`
+			Type   string                `json:"type"`
+			Status int                   `json:"status"`
 			Error  struct{ Code string } `json:"error"`
 		}
 		require.NoError(t, json.Unmarshal(data, &ev))

@@ -13,7 +13,7 @@ type metrics struct {
 	// eventsHTTP and eventsWS are events' children, resolved once: the
 	// per-event path must not look labels up.
 	eventsHTTP, eventsWS prometheus.Counter
-	lanes      *prometheus.CounterVec   // lane lifecycle, by what happened
+	lanes                *prometheus.CounterVec // lane lifecycle, by what happened
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
