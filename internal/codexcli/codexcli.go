@@ -69,7 +69,8 @@ type Provider struct {
 type Codex struct {
 	// Binary is the path of node_modules/.bin/codex.
 	Binary string
-	// Home is the CODEX_HOME folder, under <repo>/test-output/.
+	// Home is the CODEX_HOME folder, under <repo>/test-output/ (or the user's
+	// cache folder when the checkout is under the temp dir).
 	Home string
 	// Dir is the working directory of every run.
 	Dir string
@@ -91,11 +92,10 @@ func New(t testing.TB, p Provider) *Codex {
 		}
 		t.Skipf("codexcli: %v (run `npm ci` to install the Codex CLI)", err)
 	}
-	root, err := repoRoot()
+	out, err := homesDir()
 	if err != nil {
 		t.Fatalf("codexcli: %v", err)
 	}
-	out := filepath.Join(root, "test-output")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatalf("codexcli: %v", err)
 	}
@@ -377,6 +377,44 @@ func Binary() (string, error) {
 
 // repoRoot returns the nearest folder at or above the working directory
 // that holds go.mod.
+// homesDir is where CODEX_HOME folders go: <repo>/test-output, unless the
+// checkout itself lies under the system temp folder (CI may clone there),
+// where Codex refuses to create its helper binaries; then the user's cache
+// folder.
+func homesDir() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, "test-output")
+	if !underTempDir(dir) {
+		return dir, nil
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil || underTempDir(cache) {
+		home, herr := os.UserHomeDir()
+		if herr != nil {
+			return "", fmt.Errorf("no folder outside the temp dir for CODEX_HOME: %v", herr)
+		}
+		cache = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(cache, "codex-relay-tests"), nil
+}
+
+func underTempDir(p string) bool {
+	tmp, err := filepath.EvalSymlinks(os.TempDir())
+	if err != nil {
+		tmp = os.TempDir()
+	}
+	if rp, err := filepath.EvalSymlinks(p); err == nil {
+		p = rp
+	} else if rp, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+		p = filepath.Join(rp, filepath.Base(p))
+	}
+	rel, err := filepath.Rel(tmp, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {

@@ -244,14 +244,14 @@ func TestNewWritesHomeUnderTestOutput(t *testing.T) {
 	if _, err := Binary(); err != nil {
 		t.Skip("the Codex CLI is not installed; TestNewWithoutCodex covers this case")
 	}
-	root, err := repoRoot()
+	dir, err := homesDir()
 	require.NoError(t, err)
 	var home string
 	t.Run("use", func(t *testing.T) {
 		c := New(t, Provider{BaseURL: "http://127.0.0.1:9/v1", Key: "k"})
 		home = c.Home
-		assert.True(t, strings.HasPrefix(home, filepath.Join(root, "test-output", "codex-home-")), home)
-		assert.False(t, strings.HasPrefix(home, os.TempDir()), "Codex refuses helper binaries under the temp dir")
+		assert.True(t, strings.HasPrefix(home, filepath.Join(dir, "codex-home-")), home)
+		assert.False(t, underTempDir(home), "Codex refuses helper binaries under the temp dir")
 		b, err := os.ReadFile(filepath.Join(home, "config.toml"))
 		require.NoError(t, err)
 		assert.Contains(t, string(b), `base_url = "http://127.0.0.1:9/v1"`)
@@ -259,4 +259,13 @@ func TestNewWritesHomeUnderTestOutput(t *testing.T) {
 	})
 	_, err = os.Stat(home)
 	assert.True(t, os.IsNotExist(err), "CODEX_HOME is removed when the test ends")
+}
+
+func TestUnderTempDir(t *testing.T) {
+	t.Parallel()
+	tmp := os.TempDir()
+	assert.True(t, underTempDir(filepath.Join(tmp, "a", "b")))
+	assert.True(t, underTempDir(tmp))
+	assert.False(t, underTempDir(filepath.Join(filepath.Dir(tmp), "not-"+filepath.Base(tmp)+"-x")))
+	assert.False(t, underTempDir(filepath.Join(tmp, "..", "elsewhere")))
 }
