@@ -84,11 +84,13 @@ type AttemptEnd struct {
 // move the same request to the next account and penalise the account; after
 // work was observed nothing is retried.
 func Classify(e AttemptEnd) Outcome {
+	if e.Completed {
+		// A client that hangs up right after the terminal event (Codex exits
+		// on it) still got its answer: the turn counts, and binds.
+		return Outcome{Class: ClassOK, Action: ActionDone}
+	}
 	if e.Cancelled {
 		return Outcome{Class: ClassCancelled, Action: ActionTerminal}
-	}
-	if e.Completed {
-		return Outcome{Class: ClassOK, Action: ActionDone}
 	}
 	o := classifyFailure(e)
 	if e.WorkObserved {

@@ -23,6 +23,7 @@ func TestClassify(t *testing.T) {
 		penalty *Penalty
 	}{
 		{"completed", AttemptEnd{Completed: true}, ClassOK, ActionDone, nil},
+		{"completed counts even when the client left right after", AttemptEnd{Completed: true, Cancelled: true}, ClassOK, ActionDone, nil},
 		{"cancelled wins", AttemptEnd{Cancelled: true, Status: 429, Err: &wire.Error{Type: wire.TypeUsageLimitReached}}, ClassCancelled, ActionTerminal, nil},
 		{"usage limit before work", AttemptEnd{Status: 429, Err: &wire.Error{Type: wire.TypeUsageLimitReached, ResetsAt: reset.Unix()}},
 			ClassUsageLimit, ActionNext, &Penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: reset}},

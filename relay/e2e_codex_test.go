@@ -117,7 +117,6 @@ func TestCodexResumeStaysOnItsAccount(t *testing.T) {
 	all := h.responseRecords(first.ThreadID)
 	require.Greater(t, len(all), len(recs), "the resume reached the upstream")
 	for _, r := range all {
-		t.Logf("rec %s session=%s thread=%s", r.Account, r.SessionID, r.ThreadID)
 		assert.Equal(t, "a1", r.Account, "every request of the resumed thread stayed on its account")
 	}
 }

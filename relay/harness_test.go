@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,7 +61,10 @@ func newHarness(t *testing.T, accounts ...upstreamtest.Account) *harness {
 	}
 	h.relay = relay.New(relay.Config{Store: st, Logger: testLogger(t), StreamIdleTimeout: 20 * time.Second})
 	h.srv = httptest.NewServer(h.relay)
-	t.Cleanup(h.srv.Close)
+	t.Cleanup(func() {
+		h.relay.Close() // live WebSocket sessions first: Close below does not wait for them
+		h.srv.Close()
+	})
 	return h
 }
 
@@ -155,14 +159,26 @@ func (h *harness) responseRecords(thread string) []upstreamtest.Record {
 	return out
 }
 
+// testLogger sends logs to t.Logf until the test ends, and drops them after
+// (a straggling goroutine must not write to a finished test).
 func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w := &tWriter{t: t}
+	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct {
+	t    *testing.T
+	mu   sync.Mutex
+	done bool // guarded by mu
+}
 
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Logf("%s", bytes.TrimRight(p, "\n"))
+func (w *tWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Logf("%s", bytes.TrimRight(p, "\n"))
+	}
 	return len(p), nil
 }
 

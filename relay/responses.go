@@ -206,7 +206,9 @@ func (s *Server) attemptHTTP(ctx context.Context, w http.ResponseWriter, c *call
 	}
 	defer resp.Body.Close()
 	info.status = resp.StatusCode
-	go s.foldUsage(context.WithoutCancel(ctx), acct, resp.Header)
+	// The account's usage windows, from this answer's headers, once the
+	// attempt is over (the client is not kept waiting for the write).
+	defer s.foldUsage(context.WithoutCancel(ctx), acct, resp.Header)
 
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))

@@ -45,6 +45,12 @@ type Server struct {
 	conts   *continuity.Cache // thread-scoped history
 	// inflight counts requests under way per account id on this replica.
 	inflight sync.Map // string -> *atomic.Int64
+	// sessions are the live client WebSocket sessions; Close ends them
+	// (their connections are hijacked, so http.Server.Shutdown does not).
+	sessions sync.WaitGroup
+	// closing is cancelled by Close; static after New.
+	closing context.Context
+	close   context.CancelFunc
 }
 
 // New builds the relay server.
@@ -76,13 +82,24 @@ func New(cfg Config) *Server {
 	if cfg.Continuity == nil {
 		cfg.Continuity = continuity.New(continuity.Options{Now: cfg.Now})
 	}
+	closing, cancel := context.WithCancel(context.Background())
 	return &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		metrics: newMetrics(cfg.Registry),
 		owners:  newOwnerIndex(200_000),
 		conts:   cfg.Continuity,
+		closing: closing,
+		close:   cancel,
 	}
+}
+
+// Close ends every live WebSocket session (clients get a going-away close
+// and reconnect elsewhere) and waits for them, their lanes included. HTTP
+// requests are left to http.Server.Shutdown.
+func (s *Server) Close() {
+	s.close()
+	s.sessions.Wait()
 }
 
 // Continuity exposes the cache, for operators' resets.

@@ -52,11 +52,22 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
 		return
 	}
+	s.sessions.Add(1)
+	defer s.sessions.Done()
+	if s.closing.Err() != nil {
+		writeError(w, http.StatusServiceUnavailable, apiError{Type: "server_error", Message: "the relay is shutting down"})
+		return
+	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionContextTakeover})
 	if err != nil {
 		return // Accept has answered the client
 	}
 	defer conn.CloseNow()
+	// The session ends with its client or with the relay.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.closing, cancel)
+	defer stop()
 	conn.SetReadLimit(MaxMessageBytes)
 	sess := &wsSession{s: s, conn: conn, client: cl, ident: ident, header: r.Header.Clone(), path: r.URL.Path}
 	err = sess.run(ctx)
@@ -66,6 +77,10 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil && !isNormalClose(err) && ctx.Err() == nil {
 		s.log.Debug("websocket session ended", "err", err)
+	}
+	if s.closing.Err() != nil {
+		conn.Close(websocket.StatusGoingAway, "relay shutting down")
+		return
 	}
 	conn.Close(websocket.StatusNormalClosure, "")
 }
@@ -289,7 +304,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 			return res
 		}
 		ws.lane = l
-		go s.foldUsage(context.WithoutCancel(ctx), acct, l.header)
+		s.foldUsage(context.WithoutCancel(ctx), acct, l.header)
 	} else {
 		s.metrics.lanes.WithLabelValues("reused").Inc()
 	}

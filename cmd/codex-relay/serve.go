@@ -80,7 +80,9 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	if c.listening != nil {
 		c.listening(ln.Addr().String())
 	}
-	return serveUntilDone(ctx, hs, ln, grace, log)
+	err = serveUntilDone(ctx, hs, ln, grace, log)
+	rl.Close() // WebSocket sessions are hijacked: Shutdown did not end them
+	return err
 }
 
 // serveUntilDone serves until ctx ends, then shuts down gracefully within
