@@ -3,6 +3,8 @@ package continuity
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // This file holds a small JSON scanner that finds the top-level members of an
@@ -23,98 +25,17 @@ type member struct {
 	end      int // one past the value's last byte
 }
 
-func skipSpace(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// scanString scans the JSON string whose opening quote is b[i] and returns
-// the index just past its closing quote, and whether it holds escapes.
-// Long strings (message text, ciphertext, tool output) dominate items, so it
-// jumps from quote to quote instead of stepping byte by byte: a quote closes
-// the string unless an odd run of backslashes precedes it.
-func scanString(b []byte, i int) (end int, escaped, ok bool) {
-	j := i + 1
-	for j <= len(b) {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			return 0, false, false
-		}
-		q := j + k
-		n := 0
-		for p := q - 1; p > i && b[p] == '\\'; p-- {
-			n++
-		}
-		if n%2 == 0 {
-			return q + 1, bytes.IndexByte(b[i+1:q], '\\') >= 0, true
-		}
-		j = q + 1
-	}
-	return 0, false, false
-}
-
-// skipValue returns the index just past the JSON value that starts at b[i].
-// Containers are skipped by bracket depth, honouring strings; scalars run to
-// the next delimiter.
-func skipValue(b []byte, i int) (int, bool) {
-	if i >= len(b) {
-		return 0, false
-	}
-	switch b[i] {
-	case '"':
-		end, _, ok := scanString(b, i)
-		return end, ok
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, _, ok := scanString(b, j)
-				if !ok {
-					return 0, false
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, true
-				}
-			}
-		}
-		return 0, false
-	default:
-		j := i
-		for j < len(b) {
-			switch b[j] {
-			case ',', '}', ']', ':', '"', '{', '[', ' ', '\t', '\n', '\r':
-				return j, j > i
-			}
-			j++
-		}
-		return j, j > i
-	}
-}
-
 // scanObject calls fn for each member of the JSON object in b, in order, with
 // the key's token (quotes included) and whether it holds escapes. It returns
 // the offset of the closing brace, and false when b does not start (after
 // whitespace) with a well-delimited object; fn may then have been called for
 // the members before the fault. Bytes after the closing brace are ignored.
 func scanObject(b []byte, fn func(key []byte, escaped bool, m member)) (closing int, ok bool) {
-	i := skipSpace(b, 0)
+	i := wire.SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return 0, false
 	}
-	i = skipSpace(b, i+1)
+	i = wire.SkipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i, true
 	}
@@ -122,21 +43,21 @@ func scanObject(b []byte, fn func(key []byte, escaped bool, m member)) (closing 
 		if i >= len(b) || b[i] != '"' {
 			return 0, false
 		}
-		keyEnd, escaped, ok := scanString(b, i)
+		keyEnd, escaped, ok := wire.ScanString(b, i)
 		if !ok {
 			return 0, false
 		}
-		j := skipSpace(b, keyEnd)
+		j := wire.SkipSpace(b, keyEnd)
 		if j >= len(b) || b[j] != ':' {
 			return 0, false
 		}
-		vs := skipSpace(b, j+1)
-		ve, ok := skipValue(b, vs)
+		vs := wire.SkipSpace(b, j+1)
+		ve, ok := wire.SkipValue(b, vs)
 		if !ok {
 			return 0, false
 		}
 		fn(b[i:keyEnd], escaped, member{start: i, valStart: vs, end: ve})
-		i = skipSpace(b, ve)
+		i = wire.SkipSpace(b, ve)
 		if i >= len(b) {
 			return 0, false
 		}
@@ -144,7 +65,7 @@ func scanObject(b []byte, fn func(key []byte, escaped bool, m member)) (closing 
 		case '}':
 			return i, true
 		case ',':
-			i = skipSpace(b, i+1)
+			i = wire.SkipSpace(b, i+1)
 		default:
 			return 0, false
 		}
@@ -155,21 +76,21 @@ func scanObject(b []byte, fn func(key []byte, escaped bool, m member)) (closing 
 // returns false when b does not start (after whitespace) with a
 // well-delimited array.
 func scanArray(b []byte, fn func(elem []byte)) bool {
-	i := skipSpace(b, 0)
+	i := wire.SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '[' {
 		return false
 	}
-	i = skipSpace(b, i+1)
+	i = wire.SkipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return true
 	}
 	for {
-		end, ok := skipValue(b, i)
+		end, ok := wire.SkipValue(b, i)
 		if !ok {
 			return false
 		}
 		fn(b[i:end])
-		i = skipSpace(b, end)
+		i = wire.SkipSpace(b, end)
 		if i >= len(b) {
 			return false
 		}
@@ -177,7 +98,7 @@ func scanArray(b []byte, fn func(elem []byte)) bool {
 		case ']':
 			return true
 		case ',':
-			i = skipSpace(b, i+1)
+			i = wire.SkipSpace(b, i+1)
 		default:
 			return false
 		}

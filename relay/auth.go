@@ -33,6 +33,21 @@ func (c client) allowsModel(model string) bool {
 
 var errUnauthenticated = errors.New("unauthenticated")
 
+// admit authenticates r and answers the client itself when that fails.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (client, bool) {
+	cl, ans, err := s.authenticate(r.Context(), r)
+	if err != nil {
+		writeError(w, ans.Status, ans.Err)
+		return client{}, false
+	}
+	return cl, true
+}
+
+// identityAnswer is the client's answer to a malformed identity.
+func identityAnswer(w http.ResponseWriter, err error) {
+	writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
+}
+
 // authenticate admits a request bearing a usable relay client key; with no
 // key defined at all, it admits loopback clients without one. The key itself
 // is never forwarded upstream.

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,21 +11,17 @@ import (
 // the thread's account when it has one, else the balancer's choice.
 func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	cl, ans, err := s.authenticate(ctx, r)
-	if err != nil {
-		writeError(w, ans.Status, ans.Err)
+	cl, ok := s.admit(w, r)
+	if !ok {
 		return
 	}
 	ident, err := ParseIdentity(r.Header)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
+		identityAnswer(w, err)
 		return
 	}
-	c := &call{client: cl, ident: ident, header: r.Header}
-	ch, err := s.choose(ctx, c, nil, "")
-	if err != nil {
-		a := selectionAnswer(err, s.cfg.Now())
-		writeError(w, a.Status, a.Err)
+	ch, ok := s.chooseOrAnswer(ctx, w, &call{client: cl, ident: ident, header: r.Header})
+	if !ok {
 		return
 	}
 	url := ch.target.URL("/models")
@@ -53,9 +50,8 @@ func (s *Server) serveGoal(w http.ResponseWriter, r *http.Request, op string) {
 		return
 	}
 	ctx := r.Context()
-	cl, ans, err := s.authenticate(ctx, r)
-	if err != nil {
-		writeError(w, ans.Status, ans.Err)
+	cl, ok := s.admit(w, r)
+	if !ok {
 		return
 	}
 	body, err := readBody(r, 1<<20)
@@ -74,11 +70,8 @@ func (s *Server) serveGoal(w http.ResponseWriter, r *http.Request, op string) {
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_thread_id", Message: err.Error()})
 		return
 	}
-	c := &call{client: cl, ident: ident, header: r.Header}
-	ch, err := s.choose(ctx, c, nil, "")
-	if err != nil {
-		a := selectionAnswer(err, s.cfg.Now())
-		writeError(w, a.Status, a.Err)
+	ch, ok := s.chooseOrAnswer(ctx, w, &call{client: cl, ident: ident, header: r.Header})
+	if !ok {
 		return
 	}
 	resp, err := s.cfg.Upstream.Post(ctx, ch.target, ch.target.URL("/thread/goal/"+op), r.Header, body)
@@ -88,6 +81,18 @@ func (s *Server) serveGoal(w http.ResponseWriter, r *http.Request, op string) {
 	}
 	defer resp.Body.Close()
 	copyAnswer(w, resp)
+}
+
+// chooseOrAnswer selects an account for a one-shot request (models, goals)
+// and answers the client itself when none can serve.
+func (s *Server) chooseOrAnswer(ctx context.Context, w http.ResponseWriter, c *call) (choice, bool) {
+	ch, err := s.choose(ctx, c, nil, "")
+	if err != nil {
+		a := selectionAnswer(err, s.cfg.Now())
+		writeError(w, a.Status, a.Err)
+		return choice{}, false
+	}
+	return ch, true
 }
 
 // copyAnswer relays a small upstream answer (bounded) with its status.

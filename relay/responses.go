@@ -23,9 +23,8 @@ const maxErrorBody = 1 << 20
 func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub string) {
 	ctx := r.Context()
 	c := &call{id: store.NewID("req", s.cfg.Now()), start: s.cfg.Now(), transport: "http", path: r.URL.Path, sub: sub}
-	cl, ans, err := s.authenticate(ctx, r)
-	if err != nil {
-		writeError(w, ans.Status, ans.Err)
+	cl, ok := s.admit(w, r)
+	if !ok {
 		return
 	}
 	c.client = cl
@@ -42,7 +41,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 	}
 	ident, err := ParseIdentity(r.Header)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
+		identityAnswer(w, err)
 		return
 	}
 	if !cl.allowsModel(fields.Model) {

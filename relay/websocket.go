@@ -42,14 +42,13 @@ type wsSession struct {
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	cl, ans, err := s.authenticate(ctx, r)
-	if err != nil {
-		writeError(w, ans.Status, ans.Err)
+	cl, ok := s.admit(w, r)
+	if !ok {
 		return
 	}
 	ident, err := ParseIdentity(r.Header)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
+		identityAnswer(w, err)
 		return
 	}
 	s.sessions.Add(1)

@@ -15,17 +15,17 @@ import "encoding/json"
 // invalid UTF-8, which a full decode would replace). ok is false when data is not an object, has no top-level "type", or
 // its value is not a string.
 func EventType(data []byte) (typ string, ok bool) {
-	i := skipSpace(data, 0)
+	i := SkipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return "", false
 	}
 	i++
 	for {
-		i = skipSpace(data, i)
+		i = SkipSpace(data, i)
 		if i >= len(data) || data[i] != '"' {
 			return "", false
 		}
-		keyEnd, keyEscaped, ok := scanString(data, i)
+		keyEnd, keyEscaped, ok := ScanString(data, i)
 		if !ok {
 			return "", false
 		}
@@ -36,16 +36,16 @@ func EventType(data []byte) (typ string, ok bool) {
 		} else {
 			isType = string(data[i+1:keyEnd-1]) == "type"
 		}
-		i = skipSpace(data, keyEnd)
+		i = SkipSpace(data, keyEnd)
 		if i >= len(data) || data[i] != ':' {
 			return "", false
 		}
-		i = skipSpace(data, i+1)
+		i = SkipSpace(data, i+1)
 		if isType {
 			if i >= len(data) || data[i] != '"' {
 				return "", false
 			}
-			end, escaped, ok := scanString(data, i)
+			end, escaped, ok := ScanString(data, i)
 			if !ok {
 				return "", false
 			}
@@ -58,10 +58,10 @@ func EventType(data []byte) (typ string, ok bool) {
 			}
 			return internEventType(data[i+1 : end-1]), true
 		}
-		if i, ok = skipValue(data, i); !ok {
+		if i, ok = SkipValue(data, i); !ok {
 			return "", false
 		}
-		i = skipSpace(data, i)
+		i = SkipSpace(data, i)
 		if i >= len(data) || data[i] != ',' {
 			return "", false
 		}
@@ -113,78 +113,4 @@ func internEventType(b []byte) string {
 		return MessageResponseCreate
 	}
 	return string(b)
-}
-
-func skipSpace(data []byte, i int) int {
-	for i < len(data) {
-		switch data[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// scanString scans the JSON string starting at data[i] (a quote) and returns
-// the index just past its closing quote and whether it contains escapes.
-func scanString(data []byte, i int) (end int, escaped, ok bool) {
-	for j := i + 1; j < len(data); j++ {
-		switch data[j] {
-		case '\\':
-			escaped = true
-			j++
-		case '"':
-			return j + 1, escaped, true
-		}
-	}
-	return 0, false, false
-}
-
-// skipValue returns the index just past the JSON value starting at data[i].
-// Containers are skipped by depth, honouring strings; scalars run to the next
-// delimiter. It checks structure only as far as skipping needs.
-func skipValue(data []byte, i int) (int, bool) {
-	if i >= len(data) {
-		return 0, false
-	}
-	switch data[i] {
-	case '"':
-		end, _, ok := scanString(data, i)
-		return end, ok
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(data); j++ {
-			switch data[j] {
-			case '"':
-				end, _, ok := scanString(data, j)
-				if !ok {
-					return 0, false
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, true
-				}
-			}
-		}
-		return 0, false
-	default:
-		j := i
-		for j < len(data) {
-			switch data[j] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				if j == i {
-					return 0, false
-				}
-				return j, true
-			}
-			j++
-		}
-		return 0, false
-	}
 }
