@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -97,31 +96,23 @@ func responseRequest(prompt string) map[string]any {
 	}
 }
 
-// post sends one HTTP request through the relay and reads the whole answer.
+// post sends one Responses request through the relay and reads the whole answer.
 func (h *harness) post(session, thread string, body map[string]any, extra http.Header) (*http.Response, string) {
 	h.t.Helper()
 	b, err := json.Marshal(body)
 	require.NoError(h.t, err)
-	req, err := http.NewRequest(http.MethodPost, h.codexBaseURL()+"/responses", bytes.NewReader(b))
-	require.NoError(h.t, err)
-	req.Header.Set("Content-Type", "application/json")
+	hdr := http.Header{"Content-Type": {"application/json"}}
 	if session != "" {
-		req.Header.Set("session-id", session)
+		hdr.Set("session-id", session)
 	}
 	if thread != "" {
-		req.Header.Set("thread-id", thread)
+		hdr.Set("thread-id", thread)
 	}
 	for k, vs := range extra {
-		req.Header[k] = vs
+		hdr[k] = vs
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
-	require.NoError(h.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(h.t, err)
-	return resp, string(raw)
+	code, rh, raw := h.raw(http.MethodPost, "/backend-api/codex/responses", hdr, b)
+	return &http.Response{StatusCode: code, Header: rh}, raw
 }
 
 // completedID returns the response id of the response.completed event of an SSE body.
