@@ -45,6 +45,7 @@ type Server struct {
 	conts   *continuity.Cache // thread-scoped history
 	// inflight counts requests under way per account id on this replica.
 	inflight sync.Map // string -> *atomic.Int64
+	registry sessionRegistry
 	// sessions are the live client WebSocket sessions; Close ends them
 	// (their connections are hijacked, so http.Server.Shutdown does not).
 	sessions sync.WaitGroup

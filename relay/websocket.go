@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -34,7 +35,11 @@ type wsSession struct {
 	ident  Identity
 	header http.Header // handshake headers, forwarded upstream
 	path   string
-	lane   *lane // owned by the serving loop
+	lane   *lane // owned by the serving loop; read by laneInfo under infoMu
+	// infoMu guards the fields operators read from other goroutines.
+	infoMu    sync.Mutex
+	laneView  *LaneInfo // guarded by infoMu; a copy of the live lane's description
+	resetLane bool      // guarded by infoMu; an operator reset asks the loop to drop the lane
 	// turnState is this thread's proxy-generated turn state, when the
 	// upstream gives none; owned by the serving loop.
 	turnState string
@@ -69,6 +74,8 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 	conn.SetReadLimit(MaxMessageBytes)
 	sess := &wsSession{s: s, conn: conn, client: cl, ident: ident, header: r.Header.Clone(), path: r.URL.Path}
+	s.registry.add(sess)
+	defer s.registry.remove(sess)
 	err = sess.run(ctx)
 	if sess.lane != nil {
 		sess.lane.close()
@@ -188,6 +195,9 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 	var attempts []store.Attempt
 	rec := store.RequestRecord{}
 	defer func() { s.logRequest(c, rec, attempts) }()
+	if ws.takeLaneReset() {
+		ws.retireLane("reset")
+	}
 	exclude := map[string]bool{}
 	prev := ""
 	var firstFail []byte
@@ -261,7 +271,41 @@ func (ws *wsSession) retireLane(why string) {
 	}
 	ws.lane.close()
 	ws.lane = nil
+	ws.setLaneView(nil)
 	ws.s.metrics.lanes.WithLabelValues(why).Inc()
+}
+
+func (ws *wsSession) setLaneView(v *LaneInfo) {
+	ws.infoMu.Lock()
+	ws.laneView = v
+	ws.infoMu.Unlock()
+}
+
+// laneInfo describes the session's live lane, if any.
+func (ws *wsSession) laneInfo() (LaneInfo, bool) {
+	ws.infoMu.Lock()
+	defer ws.infoMu.Unlock()
+	if ws.laneView == nil {
+		return LaneInfo{}, false
+	}
+	return *ws.laneView, true
+}
+
+// requestLaneReset asks the serving loop to drop the lane before the next
+// request (an operator reset the thread's binding).
+func (ws *wsSession) requestLaneReset() {
+	ws.infoMu.Lock()
+	ws.resetLane = true
+	ws.infoMu.Unlock()
+}
+
+// takeLaneReset reports and clears a pending operator reset.
+func (ws *wsSession) takeLaneReset() bool {
+	ws.infoMu.Lock()
+	defer ws.infoMu.Unlock()
+	r := ws.resetLane
+	ws.resetLane = false
+	return r
 }
 
 // wsResult is how one attempt over a lane ended.
@@ -303,6 +347,8 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 			return res
 		}
 		ws.lane = l
+		ws.setLaneView(&LaneInfo{Kind: "direct", AccountID: acct, SessionID: c.ident.Session, ThreadID: c.ident.Thread,
+			ThreadKey: string(c.ident.Key), OpenedAt: l.opened})
 		s.foldUsage(context.WithoutCancel(ctx), acct, l.header)
 	} else {
 		s.metrics.lanes.WithLabelValues("reused").Inc()
@@ -457,6 +503,11 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 			if tr.responseID != "" {
 				l.known[tr.responseID] = true
 			}
+			ws.infoMu.Lock()
+			if ws.laneView != nil {
+				ws.laneView.Requests++
+			}
+			ws.infoMu.Unlock()
 			if c.ident.Key != "" && tr.responseID != "" {
 				s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
 					AccountID: acct, Organization: ch.target.Account.Organization, TurnState: upstreamTurnState})
