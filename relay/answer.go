@@ -70,3 +70,8 @@ func usageLimitAnswer(until, now time.Time, msg string) answer {
 	return answer{Status: http.StatusTooManyRequests, Err: apiError{Type: wire.TypeUsageLimitReached, Message: msg,
 		ResetsAt: until.Unix(), ResetsInSeconds: secs}}
 }
+
+// errorEvent encodes a WebSocket error event as Codex reads it.
+func errorEvent(status int, e apiError) []byte {
+	return mustJSON(wire.NewErrorEvent(status, e, nil))
+}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/codexrelay/codex-relay/bridge"
+
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/wire"
 )
@@ -135,6 +137,20 @@ func (u *Upstream) Get(ctx context.Context, t Target, url string, clientHeader h
 		return nil, fmt.Errorf("upstream %s: %w", t.Account.ID, err)
 	}
 	return resp, nil
+}
+
+// openLane dials an upstream WebSocket for t and starts a lane on it.
+func (s *Server) openLane(ctx context.Context, t Target, clientHeader http.Header) (*bridge.Lane, error) {
+	conn, resp, err := s.cfg.Upstream.DialWebSocket(ctx, t, clientHeader)
+	if err != nil {
+		return nil, err
+	}
+	var h http.Header
+	if resp != nil {
+		h = resp.Header
+	}
+	s.metrics.lanes.WithLabelValues("opened").Inc()
+	return bridge.NewLane(conn, t.Account.ID, h, s.cfg.Now()), nil
 }
 
 // MaxMessageBytes bounds one WebSocket message in either direction. Codex's

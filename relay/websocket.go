@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/wire"
@@ -35,7 +36,7 @@ type wsSession struct {
 	ident  Identity
 	header http.Header // handshake headers, forwarded upstream
 	path   string
-	lane   *lane // owned by the serving loop; read by laneInfo under infoMu
+	lane   *bridge.Lane // owned by the serving loop; read by laneInfo under infoMu
 	// infoMu guards the fields operators read from other goroutines.
 	infoMu    sync.Mutex
 	laneView  *LaneInfo // guarded by infoMu; a copy of the live lane's description
@@ -78,7 +79,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	defer s.registry.remove(sess)
 	err = sess.run(ctx)
 	if sess.lane != nil {
-		sess.lane.close()
+		sess.lane.Close()
 		s.metrics.lanes.WithLabelValues("closed").Inc()
 	}
 	if err != nil && !isNormalClose(err) && ctx.Err() == nil {
@@ -203,8 +204,8 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 	var firstFail []byte
 	for n := 1; n <= s.cfg.MaxAttempts+1; n++ {
 		laneOwner := ""
-		if ws.lane != nil && ws.lane.alive() {
-			laneOwner = ws.lane.account.ID
+		if ws.lane != nil && ws.lane.Alive() {
+			laneOwner = ws.lane.Account
 		}
 		ch, err := s.choose(ctx, c, exclude, laneOwner)
 		if err != nil && laneOwner != "" && !errors.As(err, new(*ConflictError)) {
@@ -269,7 +270,7 @@ func (ws *wsSession) retireLane(why string) {
 	if ws.lane == nil {
 		return
 	}
-	ws.lane.close()
+	ws.lane.Close()
 	ws.lane = nil
 	ws.setLaneView(nil)
 	ws.s.metrics.lanes.WithLabelValues(why).Inc()
@@ -335,7 +336,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 	now := s.cfg.Now()
 	res := wsResult{}
 
-	if ws.lane != nil && (!ws.lane.alive() || ws.lane.account.ID != acct) {
+	if ws.lane != nil && (!ws.lane.Alive() || ws.lane.Account != acct) {
 		ws.retireLane("replaced")
 	}
 	if ws.lane == nil {
@@ -348,13 +349,13 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		}
 		ws.lane = l
 		ws.setLaneView(&LaneInfo{Kind: "direct", AccountID: acct, SessionID: c.ident.Session, ThreadID: c.ident.Thread,
-			ThreadKey: string(c.ident.Key), OpenedAt: l.opened})
-		s.foldUsage(context.WithoutCancel(ctx), acct, l.header)
+			ThreadKey: string(c.ident.Key), OpenedAt: l.Opened})
+		s.foldUsage(context.WithoutCancel(ctx), acct, l.Header)
 	} else {
 		s.metrics.lanes.WithLabelValues("reused").Inc()
 	}
 	l := ws.lane
-	l.drain()
+	l.Drain()
 
 	// Chain on the lane when it produced previous_response_id; otherwise
 	// send the full history from continuity, or ask Codex to resend it.
@@ -365,7 +366,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		if rerr == nil {
 			full = resolved
 		}
-		if !l.known[prev] {
+		if !l.Known[prev] {
 			if rerr != nil {
 				res.out = Outcome{Class: ClassPrevNotFound, Action: ActionTerminal}
 				res.status, res.code = http.StatusBadRequest, wire.CodePreviousResponseNotFound
@@ -383,7 +384,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 			s.metrics.lanes.WithLabelValues("rebuilt").Inc()
 		}
 	}
-	if err := l.send(ctx, msg); err != nil {
+	if err := l.Send(ctx, msg); err != nil {
 		ws.retireLane("closed")
 		res.detail = err.Error()
 		res.out = Classify(AttemptEnd{Now: now, Transport: err, Cancelled: ctx.Err() != nil})
@@ -396,7 +397,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 	committed := false
 	idle := time.NewTimer(s.cfg.StreamIdleTimeout)
 	defer idle.Stop()
-	upstreamTurnState := l.header.Get(wire.HeaderTurnState)
+	upstreamTurnState := l.Header.Get(wire.HeaderTurnState)
 	flush := func() error {
 		if !committed {
 			committed = true
@@ -414,7 +415,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		var data []byte
 		var ok bool
 		select {
-		case data, ok = <-l.events:
+		case data, ok = <-l.Events():
 		case <-idle.C:
 			ws.retireLane("closed")
 			res.tr, res.detail = tr, errStall.Error()
@@ -426,7 +427,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 			return res
 		}
 		if !ok {
-			err := l.readErr()
+			err := l.Err()
 			ws.retireLane("closed")
 			res.tr, res.detail = tr, fmt.Sprint(err)
 			return ws.endBroken(ctx, c, res, tr, committed, AttemptEnd{Now: s.cfg.Now(), StreamCut: true, Transport: err, WorkObserved: tr.work})
@@ -501,7 +502,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 			res.status = http.StatusOK
 			res.out = Outcome{Class: ClassOK, Action: ActionDone}
 			if tr.responseID != "" {
-				l.known[tr.responseID] = true
+				l.Known[tr.responseID] = true
 			}
 			ws.infoMu.Lock()
 			if ws.laneView != nil {
