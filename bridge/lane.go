@@ -11,6 +11,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -35,8 +36,8 @@ type Lane struct {
 	// Known holds response ids produced on this connection; owned by the
 	// lane's current user (one at a time).
 	Known map[string]bool
-	// Requests counts requests sent on the lane; owned by its current user.
-	Requests int64
+	// Requests counts requests sent on the lane.
+	Requests atomic.Int64
 }
 
 // laneQueue bounds events waiting for the session; the reader waits when it

@@ -1,0 +1,257 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// upstream is a loopback WebSocket server whose connections stay open until
+// the client closes them; it counts connections.
+type upstream struct {
+	srv   *httptest.Server
+	dials atomic.Int64
+	live  atomic.Int64
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		u.live.Add(1)
+		defer u.live.Add(-1)
+		for {
+			if _, _, err := c.Read(r.Context()); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstream) dialer(account string, now func() time.Time) Dialer {
+	return func(ctx context.Context) (*Lane, error) {
+		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(u.srv.URL, "http"), nil)
+		if err != nil {
+			return nil, err
+		}
+		u.dials.Add(1)
+		return NewLane(c, account, nil, now()), nil
+	}
+}
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func newTestPool(t *testing.T, cfg PoolConfig) (*Pool, *fakeClock, *[]string) {
+	clk := &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	var mu sync.Mutex
+	var events []string
+	cfg.Now = clk.Now
+	cfg.OnEvent = func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	p := NewPool(cfg)
+	t.Cleanup(p.Close)
+	return p, clk, &events
+}
+
+var root = Key{Thread: "v1:st:root", Scope: "k"}
+var child = Key{Thread: "v1:st:child", Scope: "k"}
+
+func TestCanonicalLaneIsReusedWithItsState(t *testing.T) {
+	u := newUpstream(t)
+	p, clk, _ := newTestPool(t, PoolConfig{})
+	ctx := context.Background()
+	l1, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	assert.True(t, l1.Fresh)
+	assert.False(t, l1.Fork)
+	owner, ok := p.Owner(root)
+	assert.True(t, ok, "a live lane is hard continuity, even while busy")
+	assert.Equal(t, "acc_a", owner)
+	st := State{ResponseID: "resp_1", History: []string{"a", "b"}}
+	l1.Release(st, true)
+	l1.Release(st, true) // twice is harmless
+
+	k, ok := p.Alias("resp_1")
+	assert.True(t, ok)
+	assert.Equal(t, root, k, "the response id finds its lane")
+
+	l2, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	assert.False(t, l2.Fresh, "reused")
+	assert.Same(t, l1.Lane, l2.Lane)
+	assert.Equal(t, st, l2.State)
+	l2.Release(State{ResponseID: "resp_2"}, true)
+	_, ok = p.Alias("resp_1")
+	assert.False(t, ok, "an older alias goes when the lane moves on")
+	assert.EqualValues(t, 1, u.dials.Load())
+	assert.Equal(t, 1, p.Len())
+}
+
+func TestConcurrentRequestGetsAForkReleasedWithIt(t *testing.T) {
+	u := newUpstream(t)
+	p, clk, events := newTestPool(t, PoolConfig{})
+	ctx := context.Background()
+	canon, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	fork, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	assert.True(t, fork.Fork)
+	assert.NotSame(t, canon.Lane, fork.Lane)
+	assert.Equal(t, 2, p.Len())
+	assert.Len(t, p.Infos(), 2)
+
+	fork.Release(State{ResponseID: "resp_fork"}, true)
+	assert.Equal(t, 1, p.Len(), "a fork is released with its request, not kept idle")
+	assert.False(t, fork.Lane.Alive())
+	_, ok := p.Alias("resp_fork")
+	assert.False(t, ok, "a fork's responses do not alias the thread's lane")
+	canon.Release(State{ResponseID: "resp_1"}, true)
+	assert.Contains(t, *events, "forked")
+
+	// Another thread of the same session never shares the lane.
+	other, err := p.Acquire(ctx, child, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	assert.NotSame(t, canon.Lane, other.Lane)
+	assert.Empty(t, other.State.ResponseID)
+	other.Release(State{}, true)
+}
+
+func TestLaneRetiredForAnotherAccountAgeOrFailure(t *testing.T) {
+	u := newUpstream(t)
+	p, clk, _ := newTestPool(t, PoolConfig{MaxAge: time.Hour})
+	ctx := context.Background()
+	l, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	l.Release(State{ResponseID: "r1"}, true)
+
+	moved, err := p.Acquire(ctx, root, "acc_b", u.dialer("acc_b", clk.Now), nil)
+	require.NoError(t, err)
+	assert.True(t, moved.Fresh, "a lane on another account is retired, not reused")
+	assert.Empty(t, moved.State.ResponseID, "the new lane holds nothing: the request goes in full")
+	assert.False(t, l.Lane.Alive())
+	moved.Release(State{ResponseID: "r2"}, true)
+
+	clk.Add(time.Hour)
+	aged, err := p.Acquire(ctx, root, "acc_b", u.dialer("acc_b", clk.Now), nil)
+	require.NoError(t, err)
+	assert.True(t, aged.Fresh, "a lane at its maximum age is replaced before the upstream's limit")
+	aged.Release(State{}, false)
+	assert.False(t, aged.Lane.Alive(), "an unhealthy lane is closed")
+	assert.Equal(t, 0, p.Len())
+	_, ok := p.Owner(root)
+	assert.False(t, ok)
+}
+
+func TestCapacityWaitHasADeadlineAndKeepsTheClientAlive(t *testing.T) {
+	u := newUpstream(t)
+	p, clk, _ := newTestPool(t, PoolConfig{MaxLanesPerAccount: 1, WaitTimeout: 20 * time.Second})
+	ctx := context.Background()
+	held, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+
+	got := make(chan *Lease, 1)
+	go func() {
+		l, err := p.Acquire(ctx, child, "acc_a", u.dialer("acc_a", clk.Now), nil)
+		assert.NoError(t, err)
+		got <- l
+	}()
+	select {
+	case <-got:
+		t.Fatal("the cap was not enforced")
+	case <-time.After(100 * time.Millisecond):
+	}
+	held.Release(State{}, false) // frees the slot
+	select {
+	case l := <-got:
+		require.NotNil(t, l)
+		l.Release(State{}, true)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the freed slot")
+	}
+
+	// Now the only slot is idle-held by child; a third thread waits out the deadline.
+	short := NewPool(PoolConfig{MaxLanesPerAccount: 1, WaitTimeout: 150 * time.Millisecond, Now: clk.Now})
+	defer short.Close()
+	busy, err := short.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	_, err = short.Acquire(ctx, child, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	assert.ErrorIs(t, err, ErrNoCapacity)
+	busy.Release(State{}, true)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	blocked, err := short.Acquire(cctx, Key{Thread: "third"}, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	assert.Nil(t, blocked)
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+func TestDialFailureFreesTheSlot(t *testing.T) {
+	p, _, _ := newTestPool(t, PoolConfig{MaxLanesPerAccount: 1})
+	boom := errors.New("dial refused")
+	for range 3 {
+		_, err := p.Acquire(context.Background(), root, "acc_a", func(context.Context) (*Lane, error) { return nil, boom }, nil)
+		assert.ErrorIs(t, err, boom)
+	}
+	assert.Equal(t, 0, p.Len())
+	_, ok := p.Owner(root)
+	assert.False(t, ok)
+}
+
+func TestSweepClosesIdleLanesAndCloseEndsAll(t *testing.T) {
+	u := newUpstream(t)
+	p, clk, events := newTestPool(t, PoolConfig{IdleTimeout: time.Minute})
+	ctx := context.Background()
+	a, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	a.Release(State{ResponseID: "r"}, true)
+	b, err := p.Acquire(ctx, child, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+
+	clk.Add(2 * time.Minute)
+	p.Sweep()
+	assert.Equal(t, 1, p.Len(), "the idle lane closed; the busy one stays")
+	assert.False(t, a.Lane.Alive())
+	assert.Contains(t, *events, "idle_closed")
+
+	p.Close()
+	assert.False(t, b.Lane.Alive(), "Close ends busy lanes too")
+	b.Release(State{}, true)
+	_, err = p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	assert.ErrorIs(t, err, ErrClosed)
+	require.Eventually(t, func() bool { return u.live.Load() == 0 }, 5*time.Second, 10*time.Millisecond, "every upstream connection ended")
+}
+
+func TestCloseAccountAndForget(t *testing.T) {
+	u := newUpstream(t)
+	p, clk, _ := newTestPool(t, PoolConfig{})
+	ctx := context.Background()
+	for _, k := range []Key{root, child} {
+		l, err := p.Acquire(ctx, k, "acc_a", u.dialer("acc_a", clk.Now), nil)
+		require.NoError(t, err)
+		l.Release(State{}, true)
+	}
+	p.Forget(root)
+	assert.Equal(t, 1, p.Len())
+	assert.Equal(t, 1, p.CloseAccount("acc_a"))
+	assert.Equal(t, 0, p.Len())
+}
