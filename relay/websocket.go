@@ -392,147 +392,54 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		return res
 	}
 
-	var tr tracker
-	var held [][]byte
-	committed := false
-	idle := time.NewTimer(s.cfg.StreamIdleTimeout)
-	defer idle.Stop()
+	l.Requests.Add(1)
 	upstreamTurnState := l.Header.Get(wire.HeaderTurnState)
-	flush := func() error {
-		if !committed {
-			committed = true
-			res.firstEvent = s.cfg.Now().Sub(c.start)
-		}
-		for _, h := range held {
-			if err := ws.write(ctx, h); err != nil {
-				return err
-			}
-		}
-		held = nil
-		return nil
-	}
-	for {
-		var data []byte
-		var ok bool
-		select {
-		case data, ok = <-l.Events():
-		case <-idle.C:
-			ws.retireLane("closed")
-			res.tr, res.detail = tr, errStall.Error()
-			return ws.endBroken(ctx, c, res, tr, committed, AttemptEnd{Now: s.cfg.Now(), Stalled: true, Transport: errStall, WorkObserved: tr.work})
-		case <-ctx.Done():
-			ws.retireLane("closed")
-			res.out = Outcome{Class: ClassCancelled, Action: ActionTerminal}
-			res.clientErr = ctx.Err()
-			return res
-		}
-		if !ok {
-			err := l.Err()
-			ws.retireLane("closed")
-			res.tr, res.detail = tr, fmt.Sprint(err)
-			return ws.endBroken(ctx, c, res, tr, committed, AttemptEnd{Now: s.cfg.Now(), StreamCut: true, Transport: err, WorkObserved: tr.work})
-		}
-		if !idle.Stop() {
-			select {
-			case <-idle.C:
-			default:
-			}
-		}
-		idle.Reset(s.cfg.StreamIdleTimeout)
-		typ, _ := wire.EventType(data)
-		tr.observe(typ, data)
-		if typ == wire.EventResponseMetadata {
-			upstreamTurnState = firstNonEmpty(tr.turnState, upstreamTurnState)
-		}
-		if wire.IsTerminal(typ) && typ != wire.EventResponseCompleted && typ != wire.EventResponseIncomplete {
-			end := AttemptEnd{Now: s.cfg.Now(), Status: statusOr(tr.failStatus, 0), Err: tr.failure, WorkObserved: tr.work}
-			res.out = Classify(end)
-			res.status, res.code, res.tr = tr.failStatus, errCode(tr.failure), tr
-			if tr.failure != nil && tr.failure.Code == wire.CodeWebSocketConnectionLimitReached && !committed {
-				// The upstream retired the connection: a fresh lane on the
-				// same account takes the request, rebuilt from continuity.
-				ws.retireLane("replaced")
-				res.out = Outcome{Class: ClassTransport, Action: ActionNext}
-				res.sameAccount = true
-				res.final = data
-				return res
-			}
-			if res.out.Action == ActionNext && !committed {
-				if res.out.Penalty != nil {
-					ws.retireLane("replaced")
-				}
-				res.final = data
-				return res
-			}
-			if err := flush(); err != nil {
-				res.clientErr = err
-				return res
-			}
-			res.out.Action = ActionTerminal
-			res.final = data
-			return res
-		}
-		if !committed && !tr.work && typ != wire.EventResponseCompleted && typ != wire.EventResponseIncomplete {
-			held = append(held, data)
-			continue
-		}
+	emit := func(typ string, data []byte, tr *tracker) error {
 		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
-			ts := upstreamTurnState
-			proxy := false
-			if ts == "" && c.turnState == "" {
+			if firstNonEmpty(tr.turnState, upstreamTurnState, c.turnState) == "" {
 				// The upstream gave no turn state: the relay keeps one per thread.
 				if ws.turnState == "" {
 					ws.turnState = store.NewSecret("rts_")
 				}
-				ts, proxy = ws.turnState, true
-				held = append(held, mustJSON(map[string]any{"type": wire.EventResponseMetadata, "headers": map[string]string{wire.HeaderTurnState: ts}}))
+				meta := mustJSON(map[string]any{"type": wire.EventResponseMetadata, "headers": map[string]string{wire.HeaderTurnState: ws.turnState}})
+				if err := ws.write(ctx, meta); err != nil {
+					return err
+				}
 			}
-			if ts != "" {
-				s.owners.put(turnStateKey(ts), owner{account: acct, scope: c.client.scope(), proxy: proxy})
-			}
-		}
-		held = append(held, data)
-		if err := flush(); err != nil {
-			res.clientErr = err
-			return res
 		}
 		s.metrics.eventsWS.Inc()
-		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
-			res.tr = tr
-			res.status = http.StatusOK
-			res.out = Outcome{Class: ClassOK, Action: ActionDone}
-			if tr.responseID != "" {
-				l.Known[tr.responseID] = true
-			}
-			ws.infoMu.Lock()
-			if ws.laneView != nil {
-				ws.laneView.Requests++
-			}
-			ws.infoMu.Unlock()
-			if c.ident.Key != "" && tr.responseID != "" {
-				s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
-					AccountID: acct, Organization: ch.target.Account.Organization, TurnState: upstreamTurnState})
-			}
-			s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
-			return res
-		}
+		return ws.write(ctx, data)
 	}
-}
-
-// endBroken ends an attempt whose lane broke or went quiet.
-func (ws *wsSession) endBroken(ctx context.Context, c *call, res wsResult, tr tracker, committed bool, end AttemptEnd) wsResult {
-	res.out = Classify(end)
-	if res.out.Action == ActionNext && !committed {
-		res.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_stream_interrupted", Message: "the upstream connection ended before any output"})
+	end := s.pumpLane(ctx, c, l, emit)
+	res.tr, res.status, res.code, res.detail = end.tr, end.status, end.code, end.detail
+	res.out, res.final, res.firstEvent, res.sameAccount, res.clientErr = end.out, end.final, end.firstEvent, end.sameAccount, end.clientErr
+	if end.broken {
+		ws.retireLane("closed")
+	}
+	if res.out.Action != ActionDone {
 		return res
 	}
-	res.out.Action = ActionTerminal
-	msg := "the upstream connection ended without a terminal event"
-	if end.Stalled {
-		msg = "the upstream sent nothing for " + ws.s.cfg.StreamIdleTimeout.String()
+	tr := end.tr
+	ts, proxy := firstNonEmpty(tr.turnState, upstreamTurnState), false
+	if ts == "" && c.turnState == "" {
+		ts, proxy = ws.turnState, true
 	}
-	res.status = http.StatusBadGateway
-	res.final = failedEvent(tr.responseID, c.id, "upstream_stream_interrupted", msg)
+	if ts != "" {
+		s.owners.put(turnStateKey(ts), owner{account: acct, scope: c.client.scope(), proxy: proxy})
+	}
+	if tr.responseID != "" {
+		l.Known[tr.responseID] = true
+	}
+	ws.infoMu.Lock()
+	if ws.laneView != nil {
+		ws.laneView.Requests++
+	}
+	ws.infoMu.Unlock()
+	if c.ident.Key != "" && tr.responseID != "" {
+		s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
+			AccountID: acct, Organization: ch.target.Account.Organization, TurnState: firstNonEmpty(tr.turnState, upstreamTurnState)})
+	}
+	s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	return res
 }
 

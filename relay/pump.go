@@ -1,0 +1,145 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/codexrelay/codex-relay/bridge"
+	"github.com/codexrelay/codex-relay/relay/wire"
+)
+
+// laneEnd is how one request's events on a lane ended.
+type laneEnd struct {
+	tr         tracker
+	out        Outcome
+	final      []byte // the event that ends the request for the client, when it was not sent
+	committed  bool   // something reached the client
+	firstEvent time.Duration
+	status     int
+	code       string
+	detail     string
+	// sameAccount: the upstream retired the connection before any work; a
+	// fresh lane on the same account may take the request.
+	sameAccount bool
+	// broken: the lane must not serve again (cut, stalled, cancelled
+	// mid-request, or its account failed).
+	broken    bool
+	clientErr error // the client could not be written to
+}
+
+// emitFunc forwards one upstream event to the client; tr is the tracker
+// after the event.
+type emitFunc func(typ string, data []byte, tr *tracker) error
+
+// pumpLane reads one request's events from a lane and forwards them. Events
+// before the first semantic one are held back, so a failure before any work
+// can move the request unseen; a lane that goes quiet is detected by the
+// idle deadline, not by the client's patience.
+func (s *Server) pumpLane(ctx context.Context, c *call, l *bridge.Lane, emit emitFunc) laneEnd {
+	var end laneEnd
+	type held struct {
+		typ  string
+		data []byte
+	}
+	var pending []held
+	idle := time.NewTimer(s.cfg.StreamIdleTimeout)
+	defer idle.Stop()
+	flush := func() error {
+		if !end.committed {
+			end.committed = true
+			end.firstEvent = s.cfg.Now().Sub(c.start)
+		}
+		for _, h := range pending {
+			if err := emit(h.typ, h.data, &end.tr); err != nil {
+				return err
+			}
+		}
+		pending = nil
+		return nil
+	}
+	for {
+		var data []byte
+		var ok bool
+		select {
+		case data, ok = <-l.Events():
+		case <-idle.C:
+			end.broken, end.detail = true, errStall.Error()
+			return s.endBroken(c, end, AttemptEnd{Now: s.cfg.Now(), Stalled: true, Transport: errStall, WorkObserved: end.tr.work})
+		case <-ctx.Done():
+			end.broken = true
+			end.out = Outcome{Class: ClassCancelled, Action: ActionTerminal}
+			end.clientErr = ctx.Err()
+			return end
+		}
+		if !ok {
+			err := l.Err()
+			end.broken, end.detail = true, fmt.Sprint(err)
+			return s.endBroken(c, end, AttemptEnd{Now: s.cfg.Now(), StreamCut: true, Transport: err, WorkObserved: end.tr.work})
+		}
+		if !idle.Stop() {
+			select {
+			case <-idle.C:
+			default:
+			}
+		}
+		idle.Reset(s.cfg.StreamIdleTimeout)
+		typ, _ := wire.EventType(data)
+		end.tr.observe(typ, data)
+		completed := typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete
+		if wire.IsTerminal(typ) && !completed {
+			end.out = Classify(AttemptEnd{Now: s.cfg.Now(), Status: end.tr.failStatus, Err: end.tr.failure, WorkObserved: end.tr.work})
+			end.status, end.code = end.tr.failStatus, errCode(end.tr.failure)
+			end.final = data
+			if end.tr.failure != nil && end.tr.failure.Code == wire.CodeWebSocketConnectionLimitReached && !end.committed {
+				end.out = Outcome{Class: ClassTransport, Action: ActionNext}
+				end.sameAccount, end.broken = true, true
+				return end
+			}
+			if end.out.Action == ActionNext && !end.committed {
+				end.broken = end.out.Penalty != nil
+				return end
+			}
+			if err := flush(); err != nil {
+				end.clientErr = err
+				return end
+			}
+			// The upstream answered the request with an error of its own;
+			// the connection and its chain are still sound.
+			end.out.Action = ActionTerminal
+			return end
+		}
+		pending = append(pending, held{typ, data})
+		if !end.committed && !end.tr.work && !completed {
+			continue
+		}
+		if err := flush(); err != nil {
+			end.clientErr, end.broken = err, true
+			return end
+		}
+		if completed {
+			end.status = http.StatusOK
+			end.out = Outcome{Class: ClassOK, Action: ActionDone}
+			return end
+		}
+	}
+}
+
+// endBroken ends an attempt whose lane broke or went quiet: before any work
+// it may move on; after, the client gets a terminal event.
+func (s *Server) endBroken(c *call, end laneEnd, e AttemptEnd) laneEnd {
+	end.out = Classify(e)
+	if end.out.Action == ActionNext && !end.committed {
+		end.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_stream_interrupted", Message: "the upstream connection ended before any output"})
+		return end
+	}
+	end.out.Action = ActionTerminal
+	msg := "the upstream connection ended without a terminal event"
+	if e.Stalled {
+		msg = "the upstream sent nothing for " + s.cfg.StreamIdleTimeout.String()
+	}
+	end.status = http.StatusBadGateway
+	end.final = failedEvent(end.tr.responseID, c.id, "upstream_stream_interrupted", msg)
+	return end
+}
