@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
+	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
@@ -18,14 +19,21 @@ import (
 // turn and a tool-call turn, with the client's key never sent upstream and
 // prompt_cache_key arriving unchanged.
 func TestCodexThroughRelay(t *testing.T) {
-	for _, ws := range []bool{false, true} {
-		name := "http"
-		if ws {
-			name = "websocket"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ws       bool // Codex uses a WebSocket
+		noBridge bool // the relay serves HTTP clients over upstream HTTP
+		upstream upstreamtest.Transport
+	}{
+		{"http bridged", false, false, upstreamtest.TransportWS},
+		{"http without bridge", false, true, upstreamtest.TransportHTTP},
+		{"websocket", true, false, upstreamtest.TransportWS},
+	} {
+		ws := tc.ws
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"), simAccount("b1", "org-b"))
+			h := newHarnessWith(t, func(c *relay.Config) { c.DisableBridge = tc.noBridge },
+				simAccount("a1", "org-a"), simAccount("a2", "org-a"), simAccount("b1", "org-b"))
 			ctx := context.Background()
 			_, key, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "e2e"})
 			require.NoError(t, err)
@@ -52,11 +60,7 @@ func TestCodexThroughRelay(t *testing.T) {
 			sawToolOutput := false
 			for _, r := range recs {
 				assert.False(t, r.ClientKey, "the relay client key must never reach the upstream")
-				if ws {
-					assert.Equal(t, upstreamtest.TransportWS, r.Transport)
-				} else {
-					assert.Equal(t, upstreamtest.TransportHTTP, r.Transport)
-				}
+				assert.Equal(t, tc.upstream, r.Transport)
 				if r.SessionID != "" && r.PromptCacheKey != "" {
 					assert.Equal(t, r.SessionID, r.PromptCacheKey, "prompt_cache_key is Codex's session id, forwarded unchanged")
 				}

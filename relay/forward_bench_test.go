@@ -48,7 +48,7 @@ func BenchmarkForwardEvent(b *testing.B) {
 	for i := 0; i < b.N; i += deltas + 4 {
 		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(stream))}
 		ctx, cancel := context.WithCancel(context.Background())
-		out, _, _ := s.streamSSE(ctx, cancel, &discardWriter{h: http.Header{}}, c, ch, resp, attemptInfo{})
+		out, _, _ := s.streamSSE(ctx, cancel, newSSEOut(&discardWriter{h: http.Header{}}), c, ch, resp, attemptInfo{})
 		cancel()
 		if out.Action != ActionDone {
 			b.Fatalf("stream ended %v", out)

@@ -40,6 +40,12 @@ func simAccount(id, org string) upstreamtest.Account {
 
 func newHarness(t *testing.T, accounts ...upstreamtest.Account) *harness {
 	t.Helper()
+	return newHarnessWith(t, func(*relay.Config) {}, accounts...)
+}
+
+// newHarnessWith is newHarness with the relay's configuration adjusted.
+func newHarnessWith(t *testing.T, adjust func(*relay.Config), accounts ...upstreamtest.Account) *harness {
+	t.Helper()
 	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: accounts, Logger: testLogger(t)})
 	t.Cleanup(sim.Close)
 	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
@@ -58,7 +64,9 @@ func newHarness(t *testing.T, accounts ...upstreamtest.Account) *harness {
 		require.NoError(t, err)
 		h.ids[a.ID] = created.ID
 	}
-	h.relay = relay.New(relay.Config{Store: st, Logger: testLogger(t), StreamIdleTimeout: 20 * time.Second})
+	cfg := relay.Config{Store: st, Logger: testLogger(t), StreamIdleTimeout: 20 * time.Second}
+	adjust(&cfg)
+	h.relay = relay.New(cfg)
 	h.srv = httptest.NewServer(h.relay)
 	t.Cleanup(func() {
 		h.relay.Close() // live WebSocket sessions first: Close below does not wait for them
@@ -237,4 +245,8 @@ func lastEvent(events []map[string]any) (typ, responseID string) {
 
 func userMessage(text string) map[string]any {
 	return map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": text}}}
+}
+
+func storeFilterThread(thread string) store.AttemptFilter {
+	return store.AttemptFilter{ThreadID: thread}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/relay/store"
 )
@@ -62,6 +63,15 @@ func (s *Server) Lanes() []LaneInfo {
 			out = append(out, info)
 		}
 	})
+	if s.pool != nil {
+		for _, in := range s.pool.Infos() {
+			kind := "bridge"
+			if in.Fork {
+				kind = "bridge_fork"
+			}
+			out = append(out, LaneInfo{Kind: kind, AccountID: in.Account, ThreadKey: in.Key.Thread, OpenedAt: in.Opened, Requests: in.Requests})
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].OpenedAt.Before(out[j].OpenedAt) })
 	return out
 }
@@ -75,6 +85,9 @@ func (s *Server) Forget(reset []store.Binding) {
 		if b.Kind == store.BindThread {
 			keys[continuity.Key{Thread: b.Key, Scope: b.ClientScope}] = true
 			s.conts.Drop(continuity.Key{Thread: b.Key, Scope: b.ClientScope})
+			if s.pool != nil {
+				s.pool.Forget(bridge.Key{Thread: b.Key, Scope: b.ClientScope})
+			}
 		}
 	}
 	if len(keys) == 0 {

@@ -73,22 +73,46 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 	var first *failure
 	rec := store.RequestRecord{}
 	defer func() { s.logRequest(c, rec, attempts) }()
+	out := newSSEOut(w)
+	// answer sends a failure the client has not seen yet: as an HTTP error,
+	// or, when the stream was already committed (keep-alives while waiting
+	// for capacity), as its terminal event.
+	answer := func(f *failure) {
+		if out.committed {
+			msg := string(f.body)
+			if e, ok := wire.ParseErrorBody(f.body); ok {
+				msg = e.Message
+			}
+			_ = out.event(wire.EventResponseFailed, failedEvent("", c.id, firstNonEmpty(string(f.class), "upstream_error"), msg))
+			return
+		}
+		c.writeRaw(w, f.status, f.header, f.body)
+	}
 	var prevAccount string
 	for n := 1; n <= s.cfg.MaxAttempts; n++ {
-		ch, err := s.choose(ctx, c, exclude, "")
+		laneOwner := ""
+		if s.pool != nil && c.ident.Key != "" && c.sub == "" {
+			laneOwner, _ = s.pool.Owner(c.bridgeKey())
+		}
+		ch, err := s.choose(ctx, c, exclude, laneOwner)
+		if err != nil && laneOwner != "" && !errors.As(err, new(*ConflictError)) {
+			// The lane's account cannot serve: the lane is retired when the
+			// request moves, and the new account gets the full request.
+			ch, err = s.choose(ctx, c, exclude, "")
+		}
 		if err != nil {
 			a := selectionAnswer(err, s.cfg.Now())
 			var none *NoAccountError
 			if first != nil && errors.As(err, &none) && none.EarliestReset.IsZero() {
 				// Every account failed this request: the client gets the first failure.
-				c.writeRaw(w, first.status, first.header, first.body)
+				answer(first)
 				rec.Status, rec.ErrorCode = first.status, string(first.class)
 				return
 			}
 			if a.Status == http.StatusInternalServerError {
 				s.log.Error("select account", "err", err)
 			}
-			writeError(w, a.Status, a.Err)
+			answer(&failure{status: a.Status, body: errorJSON(a.Err), class: selectionClass(err)})
 			rec.Status, rec.ErrorCode = a.Status, firstNonEmpty(a.Err.Code, a.Err.Type)
 			attempts = append(attempts, s.attemptRecord(c, n, "", prevAccount, selectionClass(err), "", ActionTerminal, a.Status, a.Err.Code, err.Error(), s.cfg.Now(), 0))
 			return
@@ -99,39 +123,46 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 			recovery = "failover"
 		}
 		c.recovery = recovery
-		out, f, info := s.attemptHTTP(ctx, w, c, ch)
-		s.metrics.attempts.WithLabelValues(ch.target.Account.ID, string(out.Class), string(out.Action)).Inc()
-		attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prevAccount, out.Class, recovery, out.Action, info.status, info.code, info.detail, started, info.firstEvent))
+		var res Outcome
+		var f *failure
+		var info attemptInfo
+		if s.bridgeable(c, ch.target) {
+			res, f, info = s.attemptBridge(ctx, w, out, c, ch)
+		} else {
+			res, f, info = s.attemptHTTP(ctx, w, out, c, ch)
+		}
+		s.metrics.attempts.WithLabelValues(ch.target.Account.ID, string(res.Class), string(res.Action)).Inc()
+		attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prevAccount, res.Class, recovery, res.Action, info.status, info.code, info.detail, started, info.firstEvent))
 		rec.AccountID, rec.Recovery = ch.target.Account.ID, recovery
-		s.penalise(context.WithoutCancel(ctx), ch.target.Account.ID, out.Penalty)
-		switch out.Action {
+		s.penalise(context.WithoutCancel(ctx), ch.target.Account.ID, res.Penalty)
+		switch res.Action {
 		case ActionDone:
 			rec.Status, rec.FirstEvent = http.StatusOK, info.firstEvent
 			rec.InputTokens, rec.OutputTokens, rec.CachedTokens = info.tr.input, info.tr.outputTok, info.tr.cached
 			return
 		case ActionTerminal:
-			rec.Status, rec.ErrorCode, rec.FirstEvent = info.status, firstNonEmpty(info.code, string(out.Class)), info.firstEvent
+			rec.Status, rec.ErrorCode, rec.FirstEvent = info.status, firstNonEmpty(info.code, string(res.Class)), info.firstEvent
 			if f != nil {
-				c.writeRaw(w, f.status, f.header, f.body)
+				answer(f)
 			}
 			return
 		}
 		if first == nil && f != nil {
 			first = f
 		}
-		exclude[ch.target.Account.ID] = true
+		if !info.sameAccount {
+			exclude[ch.target.Account.ID] = true
+		}
 		prevAccount = ch.target.Account.ID
 		if ctx.Err() != nil {
 			return
 		}
 	}
-	if first != nil {
-		c.writeRaw(w, first.status, first.header, first.body)
-		rec.Status, rec.ErrorCode = first.status, string(first.class)
-		return
+	if first == nil {
+		first = &failure{status: http.StatusServiceUnavailable, body: errorJSON(apiError{Type: "server_error", Code: wire.CodeServerIsOverloaded, Message: "no account could serve this request"})}
 	}
-	writeError(w, http.StatusServiceUnavailable, apiError{Type: "server_error", Code: wire.CodeServerIsOverloaded, Message: "no account could serve this request"})
-	rec.Status = http.StatusServiceUnavailable
+	answer(first)
+	rec.Status, rec.ErrorCode = first.status, string(first.class)
 }
 
 func selectionClass(err error) Class {
@@ -172,6 +203,9 @@ type attemptInfo struct {
 	detail     string
 	firstEvent time.Duration
 	tr         tracker
+	// sameAccount: the next attempt may use the same account (its lane was
+	// retired by the upstream, or it serves HTTP only).
+	sameAccount bool
 }
 
 // passHeaders are upstream answer headers Codex reads: rate limits, turn
@@ -187,7 +221,7 @@ func passHeaders(dst, src http.Header) {
 
 // attemptHTTP tries the request on one account. It returns the outcome and,
 // for a failure the client has not been sent, the answer to send.
-func (s *Server) attemptHTTP(ctx context.Context, w http.ResponseWriter, c *call, ch choice) (Outcome, *failure, attemptInfo) {
+func (s *Server) attemptHTTP(ctx context.Context, w http.ResponseWriter, out *sseOut, c *call, ch choice) (Outcome, *failure, attemptInfo) {
 	acct := ch.target.Account.ID
 	cnt := s.counter(acct)
 	cnt.Add(1)
@@ -245,7 +279,7 @@ func (s *Server) attemptHTTP(ctx context.Context, w http.ResponseWriter, c *call
 		s.settle(context.WithoutCancel(ctx), c, ch, "")
 		return Outcome{Class: ClassOK, Action: ActionDone}, nil, info
 	}
-	return s.streamSSE(ctx, cancel, w, c, ch, resp, info)
+	return s.streamSSE(ctx, cancel, out, c, ch, resp, info)
 }
 
 func errorJSON(e apiError) []byte {
@@ -258,9 +292,7 @@ func errorJSON(e apiError) []byte {
 // still move the request to another account; from the first semantic event
 // on, every event is written and flushed as it arrives, as the bytes the
 // upstream sent. Every stream the client sees ends with a terminal event.
-func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, c *call, ch choice, resp *http.Response, info attemptInfo) (Outcome, *failure, attemptInfo) {
-	flusher, _ := w.(http.Flusher)
-	sw := wire.NewSSEWriter(w)
+func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, out *sseOut, c *call, ch choice, resp *http.Response, info attemptInfo) (Outcome, *failure, attemptInfo) {
 	reader := wire.NewSSEReader(resp.Body, 0, 0)
 	var tr tracker
 	var held []wire.SSEEvent
@@ -279,19 +311,16 @@ func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, w htt
 			return
 		}
 		committed = true
-		h := w.Header()
-		passHeaders(h, resp.Header)
-		c.markRecovery(h)
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no")
-		if turnState != "" {
-			h.Set(wire.HeaderTurnState, turnState)
-		}
-		w.WriteHeader(http.StatusOK)
+		out.commit(func(h http.Header) {
+			passHeaders(h, resp.Header)
+			c.markRecovery(h)
+			if turnState != "" {
+				h.Set(wire.HeaderTurnState, turnState)
+			}
+		})
 		info.firstEvent = s.cfg.Now().Sub(c.start)
 		for _, ev := range held {
-			_ = sw.WriteEvent(ev.Name, ev.Data)
+			_ = out.sw.WriteEvent(ev.Name, ev.Data)
 		}
 		held = nil
 	}
@@ -319,11 +348,8 @@ func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, w htt
 			}
 		}
 		commit()
-		if err := sw.WriteEvent(ev.Name, ev.Data); err != nil {
+		if err := out.event(ev.Name, ev.Data); err != nil {
 			return Classify(AttemptEnd{Cancelled: true}), nil, info
-		}
-		if flusher != nil {
-			flusher.Flush()
 		}
 		s.metrics.eventsHTTP.Inc()
 		if wire.IsTerminal(typ) {
@@ -348,15 +374,15 @@ func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, w htt
 			info.detail = readErr.Error()
 		}
 	}
-	out := Classify(end)
-	if out.Action == ActionNext && !committed {
-		return out, &failure{status: http.StatusBadGateway, body: errorJSON(apiError{Type: "server_error", Code: "upstream_stream_interrupted", Message: "the upstream stream ended before any output"}), class: out.Class}, info
+	o := Classify(end)
+	if o.Action == ActionNext && !committed {
+		return o, &failure{status: http.StatusBadGateway, body: errorJSON(apiError{Type: "server_error", Code: "upstream_stream_interrupted", Message: "the upstream stream ended before any output"}), class: o.Class}, info
 	}
-	if out.Action == ActionNext {
-		out.Action = ActionTerminal
+	if o.Action == ActionNext {
+		o.Action = ActionTerminal
 	}
-	if out.Class == ClassCancelled {
-		return out, nil, info
+	if o.Class == ClassCancelled {
+		return o, nil, info
 	}
 	if tr.terminal == "" {
 		// The upstream broke off or went quiet after work reached the client:
@@ -366,21 +392,18 @@ func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, w htt
 		if stalled {
 			msg = "the upstream sent nothing for " + s.cfg.StreamIdleTimeout.String()
 		}
-		_ = sw.WriteEvent(wire.EventResponseFailed, failedEvent(tr.responseID, c.id, "upstream_stream_interrupted", msg))
-		if flusher != nil {
-			flusher.Flush()
-		}
+		_ = out.event(wire.EventResponseFailed, failedEvent(tr.responseID, c.id, "upstream_stream_interrupted", msg))
 		info.status = http.StatusBadGateway
-		return out, nil, info
+		return o, nil, info
 	}
-	if out.Action == ActionDone {
+	if o.Action == ActionDone {
 		if turnState != "" {
 			s.owners.put(turnStateKey(turnState), owner{account: ch.target.Account.ID, scope: c.client.scope(), proxy: proxyTurnState})
 		}
 		s.commitContinuity(c, ch, tr, turnState)
 		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	}
-	return out, nil, info
+	return o, nil, info
 }
 
 func failStatus(tr tracker) int {

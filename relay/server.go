@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/relay/store"
 )
@@ -34,6 +35,10 @@ type Config struct {
 	MaxAttempts int
 	// Continuity is the thread-scoped replay cache; one is made when nil.
 	Continuity *continuity.Cache
+	// Bridge tunes the HTTP bridge's lanes; DisableBridge serves HTTP
+	// clients over plain HTTP upstream requests instead.
+	Bridge        bridge.PoolConfig
+	DisableBridge bool
 }
 
 // Server serves Codex's routes. Safe for concurrent use.
@@ -46,6 +51,9 @@ type Server struct {
 	// inflight counts requests under way per account id on this replica.
 	inflight sync.Map // string -> *atomic.Int64
 	registry sessionRegistry
+	// pool holds the HTTP bridge's lanes; nil when the bridge is off.
+	pool     *bridge.Pool
+	httpOnly httpOnly
 	// sessions are the live client WebSocket sessions; Close ends them
 	// (their connections are hijacked, so http.Server.Shutdown does not).
 	sessions sync.WaitGroup
@@ -84,7 +92,7 @@ func New(cfg Config) *Server {
 		cfg.Continuity = continuity.New(continuity.Options{Now: cfg.Now})
 	}
 	closing, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		metrics: newMetrics(cfg.Registry),
@@ -93,7 +101,19 @@ func New(cfg Config) *Server {
 		closing: closing,
 		close:   cancel,
 	}
+	if !cfg.DisableBridge {
+		pc := cfg.Bridge
+		if pc.Now == nil {
+			pc.Now = cfg.Now
+		}
+		pc.OnEvent = func(e string) { s.metrics.lanes.WithLabelValues(e).Inc() }
+		s.pool = bridge.NewPool(pc)
+	}
+	return s
 }
+
+// Bridge exposes the HTTP bridge's lane pool (nil when it is off).
+func (s *Server) Bridge() *bridge.Pool { return s.pool }
 
 // Close ends every live WebSocket session (clients get a going-away close
 // and reconnect elsewhere) and waits for them, their lanes included. HTTP
@@ -101,6 +121,9 @@ func New(cfg Config) *Server {
 func (s *Server) Close() {
 	s.close()
 	s.sessions.Wait()
+	if s.pool != nil {
+		s.pool.Close()
+	}
 }
 
 // Continuity exposes the cache, for operators' resets.
@@ -115,8 +138,15 @@ func (s *Server) counter(accountID string) *atomic.Int64 {
 func (s *Server) InFlight(accountID string) int { return int(s.counter(accountID).Load()) }
 
 // Run does the relay's background housekeeping until ctx ends: expired
-// bindings are deleted and idle continuity entries swept.
+// bindings are deleted, idle continuity entries swept, and the bridge's
+// idle and aged lanes closed (its sweeper runs beside, owned here).
 func (s *Server) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	if s.pool != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.pool.Run(ctx) }()
+	}
+	defer wg.Wait()
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {

@@ -143,6 +143,9 @@ func (u *Upstream) Get(ctx context.Context, t Target, url string, clientHeader h
 func (s *Server) openLane(ctx context.Context, t Target, clientHeader http.Header) (*bridge.Lane, error) {
 	conn, resp, err := s.cfg.Upstream.DialWebSocket(ctx, t, clientHeader)
 	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode < 500 {
+			return nil, fmt.Errorf("%w", &upgradeRefusedError{status: resp.StatusCode})
+		}
 		return nil, err
 	}
 	var h http.Header
