@@ -178,7 +178,19 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 		s.metrics.eventsHTTP.Inc()
 		return out.event(typ, data)
 	}
-	end := s.pumpLane(ctx, c, l, emit)
+	settle := func(tr *tracker) {
+		history := append(append([]json.RawMessage{}, full...), tr.output...)
+		lease.Release(bridge.State{ResponseID: tr.responseID, History: bridge.Fingerprints(history), Shape: shape}, full != nil)
+		if turnState != "" {
+			s.owners.put(turnStateKey(turnState), owner{account: acct, scope: c.client.scope(), proxy: proxyTurnState})
+		}
+		if full != nil && c.ident.Key != "" && tr.responseID != "" {
+			s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
+				AccountID: acct, Organization: ch.target.Account.Organization, TurnState: turnState})
+		}
+		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
+	}
+	end := s.pumpLane(ctx, c, l, emit, settle)
 	info.tr, info.status, info.code, info.firstEvent = end.tr, end.status, end.code, end.firstEvent
 	if end.detail != "" {
 		info.detail += "; " + end.detail
@@ -208,15 +220,5 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 		}
 	}
 
-	history := append(append([]json.RawMessage{}, full...), tr.output...)
-	lease.Release(bridge.State{ResponseID: tr.responseID, History: bridge.Fingerprints(history), Shape: shape}, full != nil)
-	if turnState != "" {
-		s.owners.put(turnStateKey(turnState), owner{account: acct, scope: c.client.scope(), proxy: proxyTurnState})
-	}
-	if full != nil && c.ident.Key != "" && tr.responseID != "" {
-		s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
-			AccountID: acct, Organization: ch.target.Account.Organization, TurnState: turnState})
-	}
-	s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	return end.out, nil, info
 }

@@ -1,12 +1,18 @@
 package relay_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
@@ -54,4 +60,29 @@ func TestLanesAndReset(t *testing.T) {
 	rows, _, err := h.store.Bindings(ctx, store.BindingFilter{ThreadID: rootT})
 	require.NoError(t, err)
 	assert.NotEmpty(t, rows, "the next turn re-bound the thread")
+}
+
+// A turn is recorded before its terminal event reaches the client: reading
+// up to response.completed (and no further), the binding already exists.
+func TestTurnIsBoundBeforeItsTerminalEvent(t *testing.T) {
+	t.Parallel()
+	for _, noBridge := range []bool{false, true} {
+		h := newHarnessWith(t, func(c *relay.Config) { c.DisableBridge = noBridge }, simAccount("a1", "org-a"))
+		thread := "019a4444-0000-7000-8000-00000000000" + map[bool]string{false: "1", true: "2"}[noBridge]
+		b, _ := json.Marshal(responseRequest("hi"))
+		req, err := http.NewRequest(http.MethodPost, h.codexBaseURL()+"/responses", bytes.NewReader(b))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("thread-id", thread)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() && !strings.Contains(sc.Text(), `"response.completed"`) {
+		}
+		rows, _, err := h.store.Bindings(context.Background(), store.BindingFilter{ThreadID: thread})
+		require.NoError(t, err)
+		assert.Len(t, rows, 1, "bridge off=%v: bound when the client reads response.completed", noBridge)
+		resp.Body.Close()
+	}
 }

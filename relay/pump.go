@@ -33,11 +33,16 @@ type laneEnd struct {
 // after the event.
 type emitFunc func(typ string, data []byte, tr *tracker) error
 
+// settleFunc records a completed response (bindings, owners, continuity,
+// the lane's state) before its terminal event reaches the client, which may
+// send its next request the moment it reads it.
+type settleFunc func(tr *tracker)
+
 // pumpLane reads one request's events from a lane and forwards them. Events
 // before the first semantic one are held back, so a failure before any work
 // can move the request unseen; a lane that goes quiet is detected by the
 // idle deadline, not by the client's patience.
-func (s *Server) pumpLane(ctx context.Context, c *call, l *bridge.Lane, emit emitFunc) laneEnd {
+func (s *Server) pumpLane(ctx context.Context, c *call, l *bridge.Lane, emit emitFunc, settle settleFunc) laneEnd {
 	var end laneEnd
 	type held struct {
 		typ  string
@@ -102,7 +107,7 @@ func (s *Server) pumpLane(ctx context.Context, c *call, l *bridge.Lane, emit emi
 				return end
 			}
 			if err := flush(); err != nil {
-				end.clientErr = err
+				end.clientErr, end.out = err, Outcome{Class: ClassCancelled, Action: ActionTerminal}
 				return end
 			}
 			// The upstream answered the request with an error of its own;
@@ -114,8 +119,12 @@ func (s *Server) pumpLane(ctx context.Context, c *call, l *bridge.Lane, emit emi
 		if !end.committed && !end.tr.work && !completed {
 			continue
 		}
+		if completed {
+			settle(&end.tr)
+		}
 		if err := flush(); err != nil {
 			end.clientErr, end.broken = err, true
+			end.out = Outcome{Class: ClassCancelled, Action: ActionTerminal}
 			return end
 		}
 		if completed {

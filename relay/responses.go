@@ -339,6 +339,15 @@ func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, out *
 			held = append(held, wire.SSEEvent{Name: ev.Name, Data: append([]byte(nil), ev.Data...)})
 			continue
 		}
+		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
+			// Record the turn before its terminal event reaches the client:
+			// Codex may send its next request the moment it reads it.
+			if turnState != "" {
+				s.owners.put(turnStateKey(turnState), owner{account: ch.target.Account.ID, scope: c.client.scope(), proxy: proxyTurnState})
+			}
+			s.commitContinuity(c, ch, tr, turnState)
+			s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
+		}
 		if !committed && wire.IsTerminal(typ) && typ != wire.EventResponseCompleted && typ != wire.EventResponseIncomplete {
 			// A failure before any work: maybe another account can serve.
 			out := Classify(AttemptEnd{Now: s.cfg.Now(), Status: failStatus(tr), Err: tr.failure, Cancelled: ctx.Err() != nil})
@@ -395,13 +404,6 @@ func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, out *
 		_ = out.event(wire.EventResponseFailed, failedEvent(tr.responseID, c.id, "upstream_stream_interrupted", msg))
 		info.status = http.StatusBadGateway
 		return o, nil, info
-	}
-	if o.Action == ActionDone {
-		if turnState != "" {
-			s.owners.put(turnStateKey(turnState), owner{account: ch.target.Account.ID, scope: c.client.scope(), proxy: proxyTurnState})
-		}
-		s.commitContinuity(c, ch, tr, turnState)
-		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	}
 	return o, nil, info
 }

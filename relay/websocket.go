@@ -410,36 +410,37 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		s.metrics.eventsWS.Inc()
 		return ws.write(ctx, data)
 	}
-	end := s.pumpLane(ctx, c, l, emit)
+	settle := func(tr *tracker) {
+		ts, proxy := firstNonEmpty(tr.turnState, upstreamTurnState), false
+		if ts == "" && c.turnState == "" {
+			if ws.turnState == "" {
+				ws.turnState = store.NewSecret("rts_")
+			}
+			ts, proxy = ws.turnState, true
+		}
+		if ts != "" {
+			s.owners.put(turnStateKey(ts), owner{account: acct, scope: c.client.scope(), proxy: proxy})
+		}
+		if tr.responseID != "" {
+			l.Known[tr.responseID] = true
+		}
+		ws.infoMu.Lock()
+		if ws.laneView != nil {
+			ws.laneView.Requests++
+		}
+		ws.infoMu.Unlock()
+		if c.ident.Key != "" && tr.responseID != "" {
+			s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
+				AccountID: acct, Organization: ch.target.Account.Organization, TurnState: firstNonEmpty(tr.turnState, upstreamTurnState)})
+		}
+		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
+	}
+	end := s.pumpLane(ctx, c, l, emit, settle)
 	res.tr, res.status, res.code, res.detail = end.tr, end.status, end.code, end.detail
 	res.out, res.final, res.firstEvent, res.sameAccount, res.clientErr = end.out, end.final, end.firstEvent, end.sameAccount, end.clientErr
 	if end.broken {
 		ws.retireLane("closed")
 	}
-	if res.out.Action != ActionDone {
-		return res
-	}
-	tr := end.tr
-	ts, proxy := firstNonEmpty(tr.turnState, upstreamTurnState), false
-	if ts == "" && c.turnState == "" {
-		ts, proxy = ws.turnState, true
-	}
-	if ts != "" {
-		s.owners.put(turnStateKey(ts), owner{account: acct, scope: c.client.scope(), proxy: proxy})
-	}
-	if tr.responseID != "" {
-		l.Known[tr.responseID] = true
-	}
-	ws.infoMu.Lock()
-	if ws.laneView != nil {
-		ws.laneView.Requests++
-	}
-	ws.infoMu.Unlock()
-	if c.ident.Key != "" && tr.responseID != "" {
-		s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
-			AccountID: acct, Organization: ch.target.Account.Organization, TurnState: firstNonEmpty(tr.turnState, upstreamTurnState)})
-	}
-	s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	return res
 }
 
