@@ -65,6 +65,18 @@ func (c *call) bridgeKey() bridge.Key {
 	return bridge.Key{Thread: string(c.ident.Key), Scope: c.client.scope()}
 }
 
+// laneKey is the lane a request uses: the one that produced its
+// previous_response_id when the pool knows it (an exact alias, within the
+// client's scope), else its thread's.
+func (s *Server) laneKey(c *call) bridge.Key {
+	if p := c.fields.PreviousResponseID; p != "" {
+		if k, ok := s.pool.Alias(p); ok && k.Scope == c.client.scope() {
+			return k
+		}
+	}
+	return c.bridgeKey()
+}
+
 // attemptBridge serves an HTTP request over the thread's upstream lane on
 // ch's account: when the lane's history is a prefix of the request, only the
 // new items go upstream, chained with previous_response_id; otherwise the
@@ -79,7 +91,7 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 	setHeaders := func(h http.Header) { c.markRecovery(h) }
 
 	dial := func(ctx context.Context) (*bridge.Lane, error) { return s.openLane(ctx, ch.target, c.header) }
-	lease, err := s.pool.Acquire(ctx, c.bridgeKey(), acct, dial, func() { out.keepAlive(setHeaders) })
+	lease, err := s.pool.Acquire(ctx, s.laneKey(c), acct, dial, func() { out.keepAlive(setHeaders) })
 	if err != nil {
 		info.detail = "lane: " + err.Error()
 		var refused *upgradeRefusedError

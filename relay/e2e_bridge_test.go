@@ -17,6 +17,7 @@ import (
 	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
@@ -210,4 +211,51 @@ func laneReaders() int {
 	buf := make([]byte, 8<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	return strings.Count(string(buf), "bridge.(*Lane).read")
+}
+
+// A bridged thread whose account becomes unavailable moves: its lane is
+// retired and the new account gets the full request.
+func TestBridgeMovesOffAnUnavailableAccount(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+	ctx := context.Background()
+	input := []any{userMessage("one")}
+	send := func() upstreamtest.Record {
+		req := responseRequest("")
+		req["input"] = input
+		resp, body := h.post(sessionS, rootT, req, nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		recs := h.responseRecords(rootT)
+		input = append(input, map[string]any{"type": "message", "role": "assistant", "id": "m-" + recs[len(recs)-1].ResponseID,
+			"content": []any{map[string]any{"type": "output_text", "text": "x"}}}, userMessage("next"))
+		return recs[len(recs)-1]
+	}
+	first := send()
+	_, err := h.store.SetAccountStatus(ctx, h.ids[first.Account], store.StatusRateLimited, "test", time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	moved := send()
+	assert.NotEqual(t, first.Account, moved.Account)
+	assert.Empty(t, moved.PreviousResponseID, "the new account's lane got the full request")
+	assert.Equal(t, 3, moved.InputCount, "one, its answer, next")
+	assert.Len(t, h.relay.Lanes(), 1, "the old lane was retired")
+}
+
+// A previous_response_id finds the lane that produced it (an exact alias),
+// even from a request of another thread key.
+func TestBridgeResponseAliasFindsItsLane(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	resp, body := h.post(sessionS, rootT, responseRequest("root"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	rootRec := h.responseRecords(rootT)[0]
+
+	req := map[string]any{"model": "gpt-5.5-codex", "stream": true, "previous_response_id": rootRec.ResponseID, "input": []any{userMessage("continue")}}
+	resp, body = h.post(sessionS, childT, req, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	all := h.responseRecords("")
+	require.Len(t, all, 2)
+	rec := all[1]
+	assert.Equal(t, rootRec.ConnID, rec.ConnID, "served on the lane that produced the response")
+	assert.Equal(t, "completed", rec.Outcome)
+	assert.Equal(t, rootRec.ResponseID, rec.PreviousResponseID)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/codexrelay/codex-relay/bridge"
+	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
@@ -49,6 +50,7 @@ func (s *Server) pumpLane(ctx context.Context, c *call, l *bridge.Lane, emit emi
 		data []byte
 	}
 	var pending []held
+	toucher := s.newToucher(c)
 	idle := time.NewTimer(s.cfg.StreamIdleTimeout)
 	defer idle.Stop()
 	flush := func() error {
@@ -92,6 +94,7 @@ func (s *Server) pumpLane(ctx context.Context, c *call, l *bridge.Lane, emit emi
 		idle.Reset(s.cfg.StreamIdleTimeout)
 		typ, _ := wire.EventType(data)
 		end.tr.observe(typ, data)
+		toucher.event()
 		completed := typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete
 		if wire.IsTerminal(typ) && !completed {
 			end.out = Classify(AttemptEnd{Now: s.cfg.Now(), Status: end.tr.failStatus, Err: end.tr.failure, WorkObserved: end.tr.work})
@@ -151,4 +154,32 @@ func (s *Server) endBroken(c *call, end laneEnd, e AttemptEnd) laneEnd {
 	end.status = http.StatusBadGateway
 	end.final = failedEvent(end.tr.responseID, c.id, "upstream_stream_interrupted", msg)
 	return end
+}
+
+// touchEvery is how often a streaming request refreshes its thread's
+// continuity entry: often enough that an active thread never expires mid-use,
+// rarely enough to keep the per-event path free of locks.
+const touchEvery = 30 * time.Second
+
+// toucher keeps a thread's continuity entry alive while its events flow.
+type toucher struct {
+	s    *Server
+	key  continuity.Key
+	on   bool
+	last time.Time
+}
+
+func (s *Server) newToucher(c *call) *toucher {
+	return &toucher{s: s, key: c.contKey(), on: c.ident.Key != "", last: s.cfg.Now()}
+}
+
+// event notes one event; it touches the entry at most every touchEvery.
+func (t *toucher) event() {
+	if !t.on {
+		return
+	}
+	if now := t.s.cfg.Now(); now.Sub(t.last) >= touchEvery {
+		t.last = now
+		t.s.conts.Touch(t.key)
+	}
 }

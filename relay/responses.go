@@ -92,7 +92,7 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 	for n := 1; n <= s.cfg.MaxAttempts; n++ {
 		laneOwner := ""
 		if s.pool != nil && c.ident.Key != "" && c.sub == "" {
-			laneOwner, _ = s.pool.Owner(c.bridgeKey())
+			laneOwner, _ = s.pool.Owner(s.laneKey(c))
 		}
 		ch, err := s.choose(ctx, c, exclude, laneOwner)
 		if err != nil && laneOwner != "" && !errors.As(err, new(*ConflictError)) {
@@ -306,6 +306,7 @@ func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, out *
 	if turnState == "" && c.turnState == "" {
 		turnState, proxyTurnState = store.NewSecret("rts_"), true
 	}
+	toucher := s.newToucher(c)
 	commit := func() {
 		if committed {
 			return
@@ -335,6 +336,7 @@ func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, out *
 		idle.Reset(s.cfg.StreamIdleTimeout)
 		typ, _ := wire.EventType(ev.Data)
 		tr.observe(typ, ev.Data)
+		toucher.event()
 		if !committed && !tr.work && !wire.IsTerminal(typ) {
 			held = append(held, wire.SSEEvent{Name: ev.Name, Data: append([]byte(nil), ev.Data...)})
 			continue

@@ -1,0 +1,44 @@
+package relay
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/codexrelay/codex-relay/continuity"
+)
+
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *testClock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// A thread whose events keep flowing never expires mid-use, however long
+// the stream; one without activity does.
+func TestActiveThreadIsTouchedByItsEvents(t *testing.T) {
+	t.Parallel()
+	clk := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	conts := continuity.New(continuity.Options{IdleTTL: time.Hour, Now: clk.Now})
+	s := New(Config{Now: clk.Now, Continuity: conts, DisableBridge: true})
+	active := &call{ident: Identity{Key: "v1:st:active"}}
+	quiet := &call{ident: Identity{Key: "v1:st:quiet"}}
+	for _, c := range []*call{active, quiet} {
+		conts.Commit(c.contKey(), continuity.Turn{ResponseID: "r", Input: []json.RawMessage{json.RawMessage(`{"type":"message","id":"u"}`)}})
+	}
+	tch := s.newToucher(active)
+	for range 3 * 60 * 6 { // three hours of events, ten seconds apart
+		clk.Add(10 * time.Second)
+		tch.event()
+	}
+	conts.Sweep()
+	_, ok := conts.Lookup(active.contKey())
+	assert.True(t, ok, "the streaming thread's entry lives on")
+	_, ok = conts.Lookup(quiet.contKey())
+	assert.False(t, ok, "the idle one expired")
+}
