@@ -29,7 +29,10 @@ type PoolConfig struct {
 	WaitTimeout time.Duration
 	// SweepEvery is how often Run closes idle and aged lanes. Default 5s.
 	SweepEvery time.Duration
-	Now        func() time.Time
+	// KeepAliveEvery is how often a request waiting for capacity hears its
+	// onWait callback (the relay sends an SSE comment). Default 5s.
+	KeepAliveEvery time.Duration
+	Now            func() time.Time
 	// OnEvent is told of lane lifecycle events (opened, reused, forked,
 	// released, retired, idle_closed, aged_out), for metrics.
 	OnEvent func(event string)
@@ -50,6 +53,9 @@ func (c *PoolConfig) defaults() {
 	}
 	if c.SweepEvery <= 0 {
 		c.SweepEvery = 5 * time.Second
+	}
+	if c.KeepAliveEvery <= 0 {
+		c.KeepAliveEvery = 5 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -215,7 +221,7 @@ func (p *Pool) Acquire(ctx context.Context, k Key, account string, dial Dialer, 
 func (p *Pool) reserve(ctx context.Context, account string, onWait func()) error {
 	deadline := time.NewTimer(p.cfg.WaitTimeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(waitTick)
+	tick := time.NewTicker(p.cfg.KeepAliveEvery)
 	defer tick.Stop()
 	for {
 		p.mu.Lock()
@@ -226,6 +232,16 @@ func (p *Pool) reserve(ctx context.Context, account string, onWait func()) error
 		if p.perAccount[account] < p.cfg.MaxLanesPerAccount {
 			p.perAccount[account]++
 			p.mu.Unlock()
+			return nil
+		}
+		if victim := p.idlestLocked(account); victim != nil {
+			// At the cap, an idle lane of another thread gives way: a
+			// request in hand beats a lane that may never be used again.
+			p.dropLocked(victim.thread, victim)
+			p.perAccount[account]++
+			p.mu.Unlock()
+			victim.lane.Close()
+			p.cfg.OnEvent("evicted")
 			return nil
 		}
 		freed := p.freed
@@ -244,8 +260,17 @@ func (p *Pool) reserve(ctx context.Context, account string, onWait func()) error
 	}
 }
 
-// waitTick is how often a request waiting for capacity hears onWait.
-const waitTick = 5 * time.Second
+// idlestLocked returns the account's least recently used idle canonical
+// lane, or nil.
+func (p *Pool) idlestLocked(account string) *entry {
+	var victim *entry
+	for _, e := range p.canon {
+		if e.account == account && !e.busy && e.lane != nil && (victim == nil || e.lastUsed.Before(victim.lastUsed)) {
+			victim = e
+		}
+	}
+	return victim
+}
 
 func (p *Pool) signalLocked() {
 	close(p.freed)

@@ -190,7 +190,14 @@ func TestCapacityWaitHasADeadlineAndKeepsTheClientAlive(t *testing.T) {
 		t.Fatal("the waiter did not get the freed slot")
 	}
 
-	// Now the only slot is idle-held by child; a third thread waits out the deadline.
+	// At the cap, an idle lane of another thread gives way at once.
+	third, err := p.Acquire(ctx, Key{Thread: "third"}, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err, "the idle child lane was evicted for a request in hand")
+	_, ok := p.Owner(child)
+	assert.False(t, ok)
+	third.Release(State{}, true)
+
+	// A busy lane does not give way: the next thread waits out the deadline.
 	short := NewPool(PoolConfig{MaxLanesPerAccount: 1, WaitTimeout: 150 * time.Millisecond, Now: clk.Now})
 	defer short.Close()
 	busy, err := short.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)

@@ -259,3 +259,23 @@ func TestBridgeResponseAliasFindsItsLane(t *testing.T) {
 	assert.Equal(t, "completed", rec.Outcome)
 	assert.Equal(t, rootRec.ResponseID, rec.PreviousResponseID)
 }
+
+// A request waiting for lane capacity hears SSE keep-alive comments, then
+// is served when a lane frees up.
+func TestBridgeKeepsWaitingClientsAlive(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, func(c *relay.Config) {
+		c.Bridge = bridge.PoolConfig{MaxLanesPerAccount: 1, KeepAliveEvery: 50 * time.Millisecond, WaitTimeout: 20 * time.Second}
+	}, simAccount("a1", "org-a"))
+	slow := make(chan string, 1)
+	go func() {
+		_, body := h.post(sessionS, rootT, responseRequest("slow [[sim:delay 800ms]]"), nil)
+		slow <- body
+	}()
+	require.Eventually(t, func() bool { return h.relay.Bridge().Len() == 1 }, 5*time.Second, 10*time.Millisecond, "the slow request holds the only lane")
+	resp, body := h.post(sessionS, childT, responseRequest("waiting"), nil)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, body, ": keep-alive", "comments kept the connection alive while waiting")
+	assert.Contains(t, body, "response.completed", "then the request was served")
+	assert.Contains(t, <-slow, "response.completed")
+}
