@@ -27,6 +27,9 @@ type call struct {
 	turnState string // the client's x-codex-turn-state, if any
 	// recovery is the last recovery action this request needed ("" none).
 	recovery string
+	// force names the account the next attempt must use (a same-account
+	// recovery retry); "" lets selection choose.
+	force string
 }
 
 // markRecovery names the request's last recovery action on its answer.
@@ -107,7 +110,14 @@ func (s *Server) choose(ctx context.Context, c *call, exclude map[string]bool, l
 	if snap, ok := s.conts.Lookup(c.contKey()); ok && len(snap.CiphertextOrgs) > 0 {
 		prefs.Organization = snap.CiphertextOrgs[len(snap.CiphertextOrgs)-1]
 	}
-	sel, err := Select(SelectInput{Now: s.cfg.Now(), Evidence: ev, Prefs: prefs, Candidates: cands, Exclude: exclude})
+	var sel Selection
+	if c.force != "" {
+		// A recovery retry stays on its account, whatever selection would say.
+		sel = Selection{AccountID: c.force, Reason: "recovery", Hard: true}
+		c.force = ""
+	} else {
+		sel, err = Select(SelectInput{Now: s.cfg.Now(), Evidence: ev, Prefs: prefs, Candidates: cands, Exclude: exclude})
+	}
 	if err != nil {
 		return choice{sel: sel, prefs: prefs, rows: rows}, err
 	}
@@ -116,6 +126,9 @@ func (s *Server) choose(ctx context.Context, c *call, exclude map[string]bool, l
 		if cd.Account.ID == sel.AccountID {
 			acct = cd.Account
 		}
+	}
+	if acct.ID == "" {
+		return choice{sel: sel, prefs: prefs, rows: rows}, &NoAccountError{Considered: len(cands)}
 	}
 	cred, err := s.cfg.Store.Credentials(ctx, acct.ID)
 	if err != nil {

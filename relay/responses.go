@@ -89,6 +89,7 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 		c.writeRaw(w, f.status, f.header, f.body)
 	}
 	var prevAccount string
+	rc := newCiphertextRecovery(!s.cfg.DisableRecovery, c)
 	for n := 1; n <= s.cfg.MaxAttempts; n++ {
 		laneOwner := ""
 		if s.pool != nil && c.ident.Key != "" && c.sub == "" {
@@ -118,11 +119,10 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 			return
 		}
 		started := s.cfg.Now()
-		recovery := ""
-		if prevAccount != "" && prevAccount != ch.target.Account.ID {
-			recovery = "failover"
+		if prevAccount != "" && prevAccount != ch.target.Account.ID && c.recovery != RecoveryMismatch {
+			c.recovery = RecoveryFailover
 		}
-		c.recovery = recovery
+		recovery := c.recovery
 		var res Outcome
 		var f *failure
 		var info attemptInfo
@@ -141,6 +141,23 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 			rec.InputTokens, rec.OutputTokens, rec.CachedTokens = info.tr.input, info.tr.outputTok, info.tr.cached
 			return
 		case ActionTerminal:
+			if res.Class == ClassCiphertext && f != nil {
+				switch rc.after(c, ch.target.Account.ID, f, info.status, out.committed, ctx.Err() != nil, s.cfg.MaxAttempts-n) {
+				case stepStripRetry:
+					prevAccount = ch.target.Account.ID
+					continue
+				case stepNextAccount:
+					if first == nil {
+						first = rc.first
+					}
+					exclude[ch.target.Account.ID] = true
+					prevAccount = ch.target.Account.ID
+					continue
+				}
+				if rc.first != nil {
+					f = rc.first // no account accepted: the client gets the first mismatch failure
+				}
+			}
 			rec.Status, rec.ErrorCode, rec.FirstEvent = info.status, firstNonEmpty(info.code, string(res.Class)), info.firstEvent
 			if f != nil {
 				answer(f)

@@ -35,6 +35,9 @@ type Config struct {
 	MaxAttempts int
 	// Continuity is the thread-scoped replay cache; one is made when nil.
 	Continuity *continuity.Cache
+	// DisableRecovery switches off reasoning recovery and ciphertext
+	// mismatch switching (seed 000); a rejection then goes to the client.
+	DisableRecovery bool
 	// Bridge tunes the HTTP bridge's lanes; DisableBridge serves HTTP
 	// clients over plain HTTP upstream requests instead.
 	Bridge        bridge.PoolConfig
