@@ -32,6 +32,22 @@ type call struct {
 	force string
 }
 
+// dropTurnStateOf releases the request from its turn state when the account
+// that issued it just failed this request before any work (seed 002's "no
+// work observed"): nothing of the turn lives on that account that another
+// one needs, and keeping the state hard would fail the request closed while
+// other accounts have room.
+func (c *call) dropTurnStateOf(s *Server, account string) {
+	if c.turnState == "" {
+		return
+	}
+	if o, ok := s.owners.get(turnStateKey(c.turnState)); ok && o.account == account {
+		c.turnState = ""
+		c.header = c.header.Clone()
+		c.header.Del(wire.HeaderTurnState)
+	}
+}
+
 // markRecovery names the request's last recovery action on its answer.
 func (c *call) markRecovery(h http.Header) {
 	if c.recovery != "" {

@@ -167,6 +167,7 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 		if first == nil && f != nil {
 			first = f
 		}
+		c.dropTurnStateOf(s, ch.target.Account.ID)
 		if !info.sameAccount {
 			exclude[ch.target.Account.ID] = true
 		}

@@ -253,6 +253,7 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 		if firstFail == nil {
 			firstFail = res.final
 		}
+		c.dropTurnStateOf(s, ch.target.Account.ID)
 		if !res.sameAccount {
 			exclude[ch.target.Account.ID] = true
 		}

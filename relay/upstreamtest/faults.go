@@ -86,9 +86,11 @@ type Fault struct {
 	// Status is the HTTP status of server_error (500, 502, 503) and
 	// refuse_websocket (default 426).
 	Status int `json:"status,omitempty"`
-	// InStream delivers rate_limit, insufficient_quota, server_error and
-	// overloaded as a response.failed event after response.created instead
-	// of an error status.
+	// InStream delivers usage_limit, sharing_cap, rate_limit,
+	// insufficient_quota, server_error and overloaded as a response.failed
+	// event instead of an error status: after response.created, or, with
+	// Events above 1, after that many events of the normal response (so
+	// output may already have reached the client).
 	InStream bool `json:"in_stream,omitempty"`
 	// Events is how many events cut_stream and stall send first (every event
 	// of the request counts, codex.rate_limits and response.metadata too).
@@ -143,7 +145,7 @@ func (f *Fault) validate() error {
 	}
 	if f.InStream {
 		switch f.Kind {
-		case FaultRateLimit, FaultInsufficientQuota, FaultServerError, FaultOverloaded:
+		case FaultUsageLimit, FaultSharingCap, FaultRateLimit, FaultInsufficientQuota, FaultServerError, FaultOverloaded:
 		default:
 			return fmt.Errorf("fault %s: cannot be delivered in-stream", f.Kind)
 		}
@@ -241,18 +243,22 @@ func (fs *faultSet) clear() { fs.faults = nil }
 // answer (status and error object), a response.failed in the stream, or a
 // cut or stalled stream.
 type faultAnswer struct {
-	kind     FaultKind
-	status   int // error answer; 0 when the fault acts on the stream
-	err      wire.Error
-	inStream bool
-	cutAfter int // events before the cut; -1: no cut
-	stallAt  int // events before the stall; -1: no stall
+	kind      FaultKind
+	status    int // error answer; 0 when the fault acts on the stream
+	err       wire.Error
+	inStream  bool
+	failAfter int // in-stream failures: events of the normal response sent first
+	cutAfter  int // events before the cut; -1: no cut
+	stallAt   int // events before the stall; -1: no stall
 }
 
 // answerFor turns a fired fault into its answer for an account with the
 // given plan and primary reset time, at time now. It is pure.
 func answerFor(f Fault, planType string, primaryReset, now time.Time) faultAnswer {
 	a := faultAnswer{kind: f.Kind, cutAfter: -1, stallAt: -1, inStream: f.InStream}
+	if f.InStream {
+		a.failAfter = f.Events
+	}
 	switch f.Kind {
 	case FaultUsageLimit:
 		reset := primaryReset

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -361,7 +362,7 @@ func TestFaultValidation(t *testing.T) {
 		{Kind: FaultRefuseWebSocket, Status: 200},
 		{Kind: FaultRefuseWebSocket, Transport: TransportHTTP},
 		{Kind: FaultWebSocketMaxAge},
-		{Kind: FaultUsageLimit, InStream: true},
+		{Kind: FaultUnauthorized, InStream: true},
 		{Kind: FaultUsageLimit, After: -1},
 		{Kind: FaultStall, Transport: "carrier-pigeon"},
 	}
@@ -418,4 +419,29 @@ func TestCloseEndsEverything(t *testing.T) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/models", nil))
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+}
+
+// An in-stream failure can follow output: Events events of the normal
+// response, then response.failed (usage limits too).
+func TestInStreamFailureAfterOutput(t *testing.T) {
+	t.Parallel()
+	s := NewServer(Config{Accounts: []Account{{ID: "a", Kind: KindOpenAI, AccessToken: "at-a"}}})
+	defer s.Close()
+	_, err := s.AddFault(Fault{Kind: FaultUsageLimit, InStream: true, Events: 4, Times: 1})
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, s.OpenAIBaseURL()+"/responses", strings.NewReader(`{"model":"m","stream":true,"input":[{"type":"message","role":"user","content":"hi [[sim:words 20]]"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer at-a")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	body := string(b)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, body, "response.output_item.added", "output began")
+	assert.Contains(t, body, "response.failed")
+	assert.Contains(t, body, "usage_limit_reached")
+	assert.NotContains(t, body, "response.completed")
+	assert.Equal(t, 4, strings.Count(body, "data: ")-1, "four events, then the failure")
 }

@@ -119,7 +119,7 @@ func (s *Server) decide(c call) verdict {
 		in.historyText = historyText(req.Input)
 	}
 	if v.fault.inStream {
-		in.failure = &v.fault.err
+		in.failure, in.failAfter = &v.fault.err, v.fault.failAfter
 	}
 	events, out := s.renderResponse(plan, in)
 	v.events = events

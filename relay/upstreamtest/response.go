@@ -69,7 +69,17 @@ func (b *responseBuilder) completed(usage object) {
 
 func (b *responseBuilder) failed(e wire.Error) {
 	r := b.response("failed")
-	r["error"] = object{"code": e.Code, "message": e.Message}
+	errObj := object{"code": e.Code, "message": e.Message}
+	if e.Type != "" {
+		errObj["type"] = e.Type
+	}
+	if e.ResetsAt > 0 {
+		errObj["resets_at"], errObj["resets_in_seconds"] = e.ResetsAt, e.ResetsInSeconds
+	}
+	if e.PlanType != "" {
+		errObj["plan_type"] = e.PlanType
+	}
+	r["error"] = errObj
 	b.emit(object{"type": wire.EventResponseFailed, "response": r})
 }
 
@@ -93,9 +103,11 @@ type renderInput struct {
 	sealCalls    bool
 	inputTokens  int
 	cachedTokens int
-	// failure, when set, makes the response fail in-stream after
-	// response.created.
-	failure *wire.Error
+	// failure, when set, makes the response fail in-stream: after
+	// response.created, or after failAfter events of the normal response
+	// (so output may already have been sent).
+	failure   *wire.Error
+	failAfter int
 	// historyText is the text compaction summarises.
 	historyText string
 }
@@ -106,6 +118,15 @@ const reasoningTokens = 16
 // its output token count. Every reasoning and compaction item carries
 // ciphertext bound to in.org.
 func (s *Server) renderResponse(p outputPlan, in renderInput) ([][]byte, int) {
+	if in.failure != nil && in.failAfter > 1 {
+		normal := in
+		normal.failure = nil
+		events, _ := s.renderResponse(p, normal)
+		fb := &responseBuilder{id: in.id, model: in.model, createdAt: in.createdAt}
+		fb.failed(*in.failure)
+		n := min(in.failAfter, len(events)-1) // never the normal terminal event
+		return append(events[:n:n], fb.events[len(fb.events)-1]), 0
+	}
 	b := &responseBuilder{id: in.id, model: in.model, createdAt: in.createdAt}
 	b.created()
 	switch {

@@ -43,7 +43,7 @@ func TestParseFaultSpec(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 503, f.Status)
 
-	for _, bad := range []string{"kind=nope", "kind=stall,after=x", "kind=stall,speed=3", "kind=usage_limit,in-stream", "kind=websocket_max_age"} {
+	for _, bad := range []string{"kind=nope", "kind=stall,after=x", "kind=stall,speed=3", "kind=unauthorized,in-stream", "kind=websocket_max_age"} {
 		_, err := ParseFaultSpec(bad)
 		assert.Error(t, err, bad)
 	}

@@ -1,0 +1,68 @@
+package relay_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/internal/codexcli"
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/upstreamtest"
+)
+
+// A usage limit before any work: the same request goes to the next account;
+// Codex never sees it and exits 0; the limited account rests until its reset.
+func TestCodexUsageLimitBeforeWorkFailsOver(t *testing.T) {
+	for _, ws := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "websocket"}[ws], func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+			h.setUsed("a2", 90) // the thread starts on a1
+			_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultUsageLimit, Account: "a1", Times: 1})
+			require.NoError(t, err)
+			codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: ws, Key: "unused"})
+			res, err := codex.Exec(context.Background(), "hello", codexcli.RunOptions{})
+			require.NoError(t, err)
+			require.Equal(t, 0, res.ExitCode, res.Stdout+res.Stderr)
+			var accounts []string
+			for _, r := range h.responseRecords(res.ThreadID) {
+				if r.Generate != nil && !*r.Generate {
+					continue // the WebSocket prewarm
+				}
+				accounts = append(accounts, r.Account)
+			}
+			assert.Equal(t, []string{"a1", "a2"}, accounts, "the limited account, then the next one")
+			a1, err := h.store.Account(context.Background(), h.ids["a1"])
+			require.NoError(t, err)
+			assert.Equal(t, store.StatusRateLimited, a1.Status)
+			assert.False(t, a1.StatusUntil.IsZero(), "until its reset")
+			assert.Equal(t, "a2", h.threadAccount(res.ThreadID))
+			atts, _, err := h.store.Attempts(context.Background(), store.AttemptFilter{Recovery: "failover"})
+			require.NoError(t, err)
+			assert.Len(t, atts, 1)
+		})
+	}
+}
+
+// A usage limit after output began: nothing is replayed; Codex gets a
+// terminal error; the account is penalised so the next turn goes elsewhere.
+func TestCodexUsageLimitAfterOutputIsTerminal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+	h.setUsed("a2", 90)
+	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultUsageLimit, Account: "a1", InStream: true, Events: 5, Times: 1})
+	require.NoError(t, err)
+	zero := 0
+	codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: false, Key: "unused", RequestMaxRetries: &zero, StreamMaxRetries: &zero})
+	res, err := codex.Exec(context.Background(), "hello [[sim:words 30]]", codexcli.RunOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, 0, res.ExitCode, "Codex got a terminal error")
+	recs := h.responseRecords(res.ThreadID)
+	require.Len(t, recs, 1, "nothing was replayed on another account")
+	assert.Equal(t, "a1", recs[0].Account)
+	a1, err := h.store.Account(context.Background(), h.ids["a1"])
+	require.NoError(t, err)
+	assert.Equal(t, store.StatusRateLimited, a1.Status, "the account rests")
+}
