@@ -101,6 +101,9 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 			// request moves, and the new account gets the full request.
 			ch, err = s.choose(ctx, c, exclude, "")
 		}
+		if err != nil && s.retireOwner(ctx, c, ch, err, exclude) {
+			ch, err = s.choose(ctx, c, exclude, "")
+		}
 		if err != nil {
 			a := selectionAnswer(err, s.cfg.Now())
 			var none *NoAccountError

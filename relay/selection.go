@@ -79,8 +79,10 @@ func (e *ConflictError) Error() string {
 // fails closed with the owner's reason rather than silently moving.
 type OwnerUnavailableError struct {
 	Source  HardSource
-	Account store.Account // zero when the owner is gone or outside the key's scope
+	Account store.Account // only the id when the owner is gone or outside the key's scope
 	Cause   string        // why it cannot serve
+	// InScope is true when the owner lies inside the client key's scope.
+	InScope bool
 }
 
 func (e *OwnerUnavailableError) Error() string {
@@ -172,10 +174,10 @@ func Select(in SelectInput) (Selection, error) {
 		case !ok:
 			return Selection{}, &OwnerUnavailableError{Source: source, Account: store.Account{ID: owner}, Cause: "the account is gone or outside this client key's scope"}
 		case in.Exclude[owner]:
-			return Selection{}, &OwnerUnavailableError{Source: source, Account: c.Account, Cause: "it already failed this request"}
+			return Selection{}, &OwnerUnavailableError{Source: source, Account: c.Account, Cause: "it already failed this request", InScope: true}
 		default:
 			_, why, _ := Availability(c, in.Now)
-			return Selection{}, &OwnerUnavailableError{Source: source, Account: c.Account, Cause: why}
+			return Selection{}, &OwnerUnavailableError{Source: source, Account: c.Account, Cause: why, InScope: true}
 		}
 	}
 

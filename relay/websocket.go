@@ -214,6 +214,9 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 			ws.retireLane("replaced")
 			ch, err = s.choose(ctx, c, exclude, "")
 		}
+		if err != nil && s.retireOwner(ctx, c, ch, err, exclude) {
+			ch, err = s.choose(ctx, c, exclude, "")
+		}
 		if err != nil {
 			var none *NoAccountError
 			if firstFail != nil && errors.As(err, &none) && none.EarliestReset.IsZero() {
