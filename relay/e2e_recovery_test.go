@@ -200,3 +200,46 @@ func TestCodexResumeLandsOnTheIssuingOrganisation(t *testing.T) {
 		assert.NotEqual(t, "invalid_encrypted_content", r.ErrorCode, "no mismatch happened")
 	}
 }
+
+// Over WebSocket: a chained request whose lane's account went away is
+// rebuilt in full; an account of another organisation strips, is rejected
+// again by the sealed agent message, and the unchanged request moves to an
+// account that reads it.
+func TestWebSocketMismatchSwitching(t *testing.T) {
+	t.Parallel()
+	a1 := simAccount("a1", "org-a")
+	a1.SealMessages = true
+	h := newHarness(t, a1, simAccount("a2", "org-a"), simAccount("b1", "org-b"))
+	h.setUsed("a2", 90)
+	h.setUsed("b1", 80)
+	c := h.dialWS(sessionS, rootT)
+	first := c.turn(responseRequest("hello"))
+	typ, _ := lastEvent(first)
+	require.Equal(t, "response.completed", typ)
+	history := []any{userMessage("hello")}
+	for _, ev := range first {
+		if ev["type"] == "response.output_item.done" {
+			history = append(history, ev["item"])
+		}
+	}
+	require.Equal(t, "a1", h.threadAccount(rootT))
+	h.pause("a1")
+	h.forgetOrganisation(rootT)
+	// Continuity still holds the history for the rebuild; only the
+	// organisation is unknown.
+	h.relay.Continuity().Drop(continuityKey(rootT))
+	events := c.turn(map[string]any{"model": "gpt-5.5-codex", "input": append(history, userMessage("again"))})
+	typ, _ = lastEvent(events)
+	require.Equal(t, "response.completed", typ, "%v", events[len(events)-1])
+	recs := h.responseRecords(rootT)
+	var accounts []string
+	for _, r := range recs[1:] {
+		accounts = append(accounts, r.Account)
+	}
+	assert.Equal(t, []string{"b1", "b1", "a2"}, accounts, "recovery on b1, then the mismatch moved the request")
+	assert.Equal(t, "a2", h.threadAccount(rootT))
+}
+
+func continuityKey(thread string) continuity.Key {
+	return continuity.Key{Thread: string(relay.DeriveIdentity(sessionS, "session-id", thread).Key)}
+}

@@ -109,6 +109,13 @@ func (s *Server) pumpLane(ctx context.Context, c *call, l *bridge.Lane, emit emi
 				end.broken = end.out.Penalty != nil
 				return end
 			}
+			if !end.committed {
+				// A failure before any work: nothing is sent yet, so the
+				// caller may still recover (strip ciphertext, move) or pass
+				// the failure on; the held bookkeeping events are dropped.
+				end.out.Action = ActionTerminal
+				return end
+			}
 			if err := flush(); err != nil {
 				end.clientErr, end.out = err, Outcome{Class: ClassCancelled, Action: ActionTerminal}
 				return end

@@ -202,6 +202,7 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 	exclude := map[string]bool{}
 	prev := ""
 	var firstFail []byte
+	rc := newCiphertextRecovery(!s.cfg.DisableRecovery, c)
 	for n := 1; n <= s.cfg.MaxAttempts+1; n++ {
 		laneOwner := ""
 		if ws.lane != nil && ws.lane.Alive() {
@@ -233,10 +234,10 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 		if res.clientErr != nil {
 			return res.clientErr
 		}
-		recovery := ""
-		if prev != "" && prev != ch.target.Account.ID {
-			recovery = "failover"
+		if prev != "" && prev != ch.target.Account.ID && c.recovery != RecoveryMismatch {
+			c.recovery = RecoveryFailover
 		}
+		recovery := c.recovery
 		s.metrics.attempts.WithLabelValues(ch.target.Account.ID, string(res.out.Class), string(res.out.Action)).Inc()
 		attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prev, res.out.Class, recovery, res.out.Action, res.status, res.code, res.detail, started, res.firstEvent))
 		rec.AccountID, rec.Recovery, rec.FirstEvent = ch.target.Account.ID, recovery, res.firstEvent
@@ -247,6 +248,29 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 			rec.InputTokens, rec.OutputTokens, rec.CachedTokens = res.tr.input, res.tr.outputTok, res.tr.cached
 			return nil
 		case ActionTerminal:
+			if res.out.Class == ClassCiphertext && res.final != nil && res.firstEvent == 0 { // nothing reached the client
+				if len(rc.stripped) == 0 && rc.mismatches == 0 {
+					// The unchanged request is the full one as first sent
+					// (rebuilt from continuity when the chain moved).
+					rc.origBody, rc.origInput = c.body, c.fields.Input
+				}
+				f := &failure{status: res.status, body: res.final}
+				switch rc.after(c, ch.target.Account.ID, f, res.status, false, ctx.Err() != nil, s.cfg.MaxAttempts-n) {
+				case stepStripRetry:
+					prev = ch.target.Account.ID
+					continue
+				case stepNextAccount:
+					if firstFail == nil {
+						firstFail = res.final
+					}
+					exclude[ch.target.Account.ID] = true
+					prev = ch.target.Account.ID
+					continue
+				}
+				if rc.first != nil {
+					res.final = rc.first.body // no account accepted: the first mismatch failure
+				}
+			}
 			rec.Status, rec.ErrorCode = statusOr(res.status, http.StatusOK), firstNonEmpty(res.code, string(res.out.Class))
 			if res.final != nil {
 				return ws.write(ctx, res.final)
@@ -385,6 +409,9 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 				return res
 			}
 			msg = rebuilt
+			// From here on the request is the full one: no other account or
+			// lane holds the chain it named.
+			c.body, c.fields.Input, c.fields.PreviousResponseID = rebuilt, full, ""
 			s.metrics.lanes.WithLabelValues("rebuilt").Inc()
 		}
 	}
