@@ -175,9 +175,11 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 	turnState := l.Header.Get(wire.HeaderTurnState)
 	proxyTurnState := false
 	emit := func(typ string, data []byte, tr *tracker) error {
+		first := !out.committed
 		out.commit(func(h http.Header) {
 			passHeaders(h, l.Header)
 			setHeaders(h)
+			c.noticeHeaders(h, ch.target)
 			ts := firstNonEmpty(tr.turnState, turnState)
 			if ts == "" && c.turnState == "" {
 				ts, proxyTurnState = store.NewSecret("rts_"), true
@@ -187,6 +189,11 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 				h.Set(wire.HeaderTurnState, ts)
 			}
 		})
+		if n := c.noticeEvent(ch.target); first && n != nil {
+			if err := out.event(wire.EventResponseMetadata, n); err != nil {
+				return err
+			}
+		}
 		s.metrics.eventsHTTP.Inc()
 		return out.event(typ, data)
 	}

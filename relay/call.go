@@ -30,6 +30,8 @@ type call struct {
 	// force names the account the next attempt must use (a same-account
 	// recovery retry); "" lets selection choose.
 	force string
+	// fallback is set once the request fell back to the fallback group.
+	fallback bool
 }
 
 // dropTurnStateOf releases the request from its turn state when the account
@@ -75,7 +77,7 @@ func (s *Server) choose(ctx context.Context, c *call, exclude map[string]bool, l
 	}
 	cands := make([]Candidate, 0, len(accounts))
 	for _, a := range accounts {
-		if c.client.key.AllowsAccount(a) {
+		if c.client.key.AllowsAccount(a) && c.inGroup(a) {
 			cands = append(cands, Candidate{Account: a, InFlight: s.InFlight(a.ID)})
 		}
 	}

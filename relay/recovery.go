@@ -116,3 +116,13 @@ func (r *ciphertextRecovery) after(c *call, account string, f *failure, status i
 	}
 	return step
 }
+
+// moveIsFailover reports whether a move to another account is an ordinary
+// failover, rather than a step of a more specific recovery already named.
+func (c *call) moveIsFailover() bool {
+	switch c.recovery {
+	case RecoveryMismatch, RecoveryFallback, RecoveryRetired:
+		return false
+	}
+	return true
+}

@@ -104,6 +104,9 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 		if err != nil && s.retireOwner(ctx, c, ch, err, exclude) {
 			ch, err = s.choose(ctx, c, exclude, "")
 		}
+		if err != nil && s.fallBack(ctx, c, err) {
+			ch, err = s.choose(ctx, c, exclude, "")
+		}
 		if err != nil {
 			a := selectionAnswer(err, s.cfg.Now())
 			var none *NoAccountError
@@ -122,7 +125,7 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 			return
 		}
 		started := s.cfg.Now()
-		if prevAccount != "" && prevAccount != ch.target.Account.ID && c.recovery != RecoveryMismatch {
+		if prevAccount != "" && prevAccount != ch.target.Account.ID && c.moveIsFailover() {
 			c.recovery = RecoveryFailover
 		}
 		recovery := c.recovery
@@ -336,11 +339,15 @@ func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, out *
 		out.commit(func(h http.Header) {
 			passHeaders(h, resp.Header)
 			c.markRecovery(h)
+			c.noticeHeaders(h, ch.target)
 			if turnState != "" {
 				h.Set(wire.HeaderTurnState, turnState)
 			}
 		})
 		info.firstEvent = s.cfg.Now().Sub(c.start)
+		if n := c.noticeEvent(ch.target); n != nil {
+			_ = out.sw.WriteEvent(wire.EventResponseMetadata, n)
+		}
 		for _, ev := range held {
 			_ = out.sw.WriteEvent(ev.Name, ev.Data)
 		}

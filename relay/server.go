@@ -35,6 +35,9 @@ type Config struct {
 	MaxAttempts int
 	// Continuity is the thread-scoped replay cache; one is made when nil.
 	Continuity *continuity.Cache
+	// FallbackModel, when set, is the model a request asks for once it fell
+	// back to the fallback group (accounts tagged "fallback").
+	FallbackModel string
 	// DisableRecovery switches off reasoning recovery and ciphertext
 	// mismatch switching (seed 000); a rejection then goes to the client.
 	DisableRecovery bool

@@ -218,6 +218,9 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 		if err != nil && s.retireOwner(ctx, c, ch, err, exclude) {
 			ch, err = s.choose(ctx, c, exclude, "")
 		}
+		if err != nil && s.fallBack(ctx, c, err) {
+			ch, err = s.choose(ctx, c, exclude, "")
+		}
 		if err != nil {
 			var none *NoAccountError
 			if firstFail != nil && errors.As(err, &none) && none.EarliestReset.IsZero() {
@@ -234,7 +237,7 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 		if res.clientErr != nil {
 			return res.clientErr
 		}
-		if prev != "" && prev != ch.target.Account.ID && c.recovery != RecoveryMismatch {
+		if prev != "" && prev != ch.target.Account.ID && c.moveIsFailover() {
 			c.recovery = RecoveryFailover
 		}
 		recovery := c.recovery
@@ -425,7 +428,14 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 
 	l.Requests.Add(1)
 	upstreamTurnState := l.Header.Get(wire.HeaderTurnState)
+	noticed := false
 	emit := func(typ string, data []byte, tr *tracker) error {
+		if n := c.noticeEvent(ch.target); n != nil && !noticed {
+			noticed = true
+			if err := ws.write(ctx, n); err != nil {
+				return err
+			}
+		}
 		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
 			if firstNonEmpty(tr.turnState, upstreamTurnState, c.turnState) == "" {
 				// The upstream gave no turn state: the relay keeps one per thread.
