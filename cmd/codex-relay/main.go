@@ -50,10 +50,12 @@ type command struct {
 // commands lists every subcommand; "serve" is the default.
 func commands() map[string]command {
 	return map[string]command{
-		"serve":   {"run the relay (the default when no subcommand is given)", runServe},
-		"migrate": {"apply the database migrations and exit", runMigrate},
-		"sim":     {"run the simulated upstream (ChatGPT backend and OpenAI Responses API)", runSim},
-		"demo":    {"run the relay in front of the simulated upstream, ready for Codex", runDemo},
+		"serve":    {"run the relay (the default when no subcommand is given)", runServe},
+		"migrate":  {"apply the database migrations and exit", runMigrate},
+		"sim":      {"run the simulated upstream (ChatGPT backend and OpenAI Responses API)", runSim},
+		"demo":     {"run the relay in front of the simulated upstream, ready for Codex", runDemo},
+		"accounts": {"manage upstream accounts through the admin API (add, import, login, list, pause, resume, remove)", runAccounts},
+		"keys":     {"manage client keys through the admin API (create, list, revoke)", runKeys},
 	}
 }
 

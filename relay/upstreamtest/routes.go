@@ -26,7 +26,7 @@ func (s *Server) routes() *http.ServeMux {
 	}
 	mux.HandleFunc("POST /backend-api/codex/thread/goal/{op}", s.handleGoal)
 	mux.HandleFunc("GET /backend-api/wham/usage", s.handleUsage)
-	mux.HandleFunc("POST /oauth/token", s.handleToken)
+	s.deviceRoutes(mux) // POST /oauth/token (every grant), device-code login, /_sim/deviceauth
 	s.controlRoutes(mux)
 	mux.HandleFunc("/", s.handleUnknown)
 	return mux

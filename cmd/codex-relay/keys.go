@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+const keysPurpose = `Manage client keys: the keys Codex sends to the relay (Authorization: Bearer
+crk_...). Each key may be limited to some accounts (a list, or a tag), to some
+models, and to a lifetime. A revoked or expired key is refused at once.`
+
+var keyVerbs = []string{"create", "list", "revoke"}
+
+func runKeys(ctx context.Context, c cli, args []string) error {
+	return runSubcommand(ctx, c, "keys", keysPurpose, map[string]subcommand{
+		"create": {"", "create a key; it is shown once", runKeysCreate},
+		"list":   {"", "list keys with scope, expiry and use", runKeysList},
+		"revoke": {"ID", "revoke a key at once", runKeysRevoke},
+	}, keyVerbs, args)
+}
+
+// apiKey is a client key as the admin API shows it.
+type apiKey struct {
+	ID           string     `json:"id"`
+	Name         string     `json:"name"`
+	Prefix       string     `json:"prefix"`
+	Key          string     `json:"key"`
+	AccountIDs   []string   `json:"account_ids"`
+	AccountTag   string     `json:"account_tag"`
+	Models       []string   `json:"models"`
+	ExpiresAt    *time.Time `json:"expires_at"`
+	CreatedAt    time.Time  `json:"created_at"`
+	LastUsedAt   *time.Time `json:"last_used_at"`
+	RevokedAt    *time.Time `json:"revoked_at"`
+	RequestCount int64      `json:"request_count"`
+}
+
+// keyInput is the body of POST /keys.
+type keyInput struct {
+	Name       string   `json:"name"`
+	AccountIDs []string `json:"account_ids,omitempty"`
+	AccountTag string   `json:"account_tag,omitempty"`
+	Models     []string `json:"models,omitempty"`
+	ExpiresIn  string   `json:"expires_in,omitempty"`
+}
+
+const keysCreatePurpose = `Create a client key for Codex. The key is printed once, with the Codex
+configuration that uses it; the relay keeps only its hash.`
+
+func runKeysCreate(ctx context.Context, c cli, name string, args []string) error {
+	var af apiFlags
+	var in keyInput
+	var accounts, models string
+	var expiresIn time.Duration
+	var asJSON bool
+	fs := newVerbFlagSet(c, name, "", keysCreatePurpose, "")
+	af.register(fs, c)
+	fs.StringVar(&in.Name, "name", "", "who or what uses the key (required)")
+	fs.StringVar(&accounts, "accounts", "", "comma-separated account IDs the key may use (default: every account)")
+	fs.StringVar(&in.AccountTag, "tag", "", "the key may use the accounts with this tag")
+	fs.StringVar(&models, "models", "", "comma-separated models the key may ask for (default: any)")
+	fs.DurationVar(&expiresIn, "expires-in", 0, "lifetime, e.g. 720h (default: no expiry)")
+	fs.BoolVar(&asJSON, "json", false, "print the API's JSON (with the key) instead of text")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%s: unexpected arguments %q", name, pos)
+	}
+	if strings.TrimSpace(in.Name) == "" {
+		fs.Usage()
+		return fmt.Errorf("%s: -name is required", name)
+	}
+	if expiresIn < 0 {
+		return fmt.Errorf("%s: -expires-in must be positive", name)
+	}
+	if expiresIn > 0 {
+		in.ExpiresIn = expiresIn.String()
+	}
+	in.AccountIDs, in.Models = splitCSV(accounts), splitCSV(models)
+	api, err := newAPIClient(c, af.url)
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	if err := api.do(ctx, http.MethodPost, "/keys", in, &raw); err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(c.stdout, raw)
+	}
+	var k apiKey
+	if err := json.Unmarshal(raw, &k); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "Created client key %s (%s), scope: %s.\n", k.ID, k.Name, keyScope(k))
+	fmt.Fprintf(c.stdout, `
+The key, shown once (the relay keeps only its hash):
+
+  export CODEX_RELAY_KEY=%s
+
+Put this in $CODEX_HOME/config.toml (CODEX_HOME=~/.codex by default):
+
+model_provider = "relay"
+
+[model_providers.relay]
+name = "relay"
+base_url = "%s/backend-api/codex"
+wire_api = "responses"
+env_key = "CODEX_RELAY_KEY"
+supports_websockets = true
+`, k.Key, api.base)
+	return nil
+}
+
+// keyScope describes what a key may use.
+func keyScope(k apiKey) string {
+	var parts []string
+	switch {
+	case len(k.AccountIDs) > 0:
+		parts = append(parts, "accounts "+strings.Join(k.AccountIDs, ","))
+	case k.AccountTag != "":
+		parts = append(parts, "accounts tagged "+k.AccountTag)
+	default:
+		parts = append(parts, "all accounts")
+	}
+	if len(k.Models) > 0 {
+		parts = append(parts, "models "+strings.Join(k.Models, ","))
+	}
+	if k.ExpiresAt != nil {
+		parts = append(parts, "expires "+k.ExpiresAt.Local().Format("2006-01-02 15:04"))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func runKeysList(ctx context.Context, c cli, name string, args []string) error {
+	var af apiFlags
+	var asJSON bool
+	fs := newVerbFlagSet(c, name, "", "List client keys (never their secrets): scope, expiry, use, revocation.", "")
+	af.register(fs, c)
+	fs.BoolVar(&asJSON, "json", false, "print the API's JSON instead of a table")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%s: unexpected arguments %q", name, pos)
+	}
+	api, err := newAPIClient(c, af.url)
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := api.do(ctx, http.MethodGet, "/keys", nil, &out); err != nil {
+		return err
+	}
+	if asJSON {
+		if out.Keys == nil {
+			out.Keys = []json.RawMessage{}
+		}
+		return printJSON(c.stdout, out.Keys)
+	}
+	if len(out.Keys) == 0 {
+		fmt.Fprintln(c.stdout, "No client keys. Create one with 'codex-relay keys create -name NAME'.")
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tPREFIX\tSCOPE\tMODELS\tEXPIRES\tREQUESTS\tLAST USED\tSTATE")
+	for _, raw := range out.Keys {
+		var k apiKey
+		if err := json.Unmarshal(raw, &k); err != nil {
+			return fmt.Errorf("list keys: unexpected answer: %w", err)
+		}
+		scope := "all"
+		switch {
+		case len(k.AccountIDs) > 0:
+			scope = strings.Join(k.AccountIDs, ",")
+		case k.AccountTag != "":
+			scope = "tag:" + k.AccountTag
+		}
+		state := "active"
+		switch {
+		case k.RevokedAt != nil:
+			state = "revoked"
+		case k.ExpiresAt != nil && !k.ExpiresAt.After(time.Now()):
+			state = "expired"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s…\t%s\t%s\t%s\t%d\t%s\t%s\n", k.ID, clipText(k.Name, 30), k.Prefix, clipText(scope, 40),
+			dash(strings.Join(k.Models, ",")), when(k.ExpiresAt), k.RequestCount, when(k.LastUsedAt), state)
+	}
+	return tw.Flush()
+}
+
+func runKeysRevoke(ctx context.Context, c cli, name string, args []string) error {
+	var af apiFlags
+	fs := newVerbFlagSet(c, name, "ID", "Revoke a client key: requests with it are refused at once.", "")
+	af.register(fs, c)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return fmt.Errorf("%s: give exactly one key ID", name)
+	}
+	api, err := newAPIClient(c, af.url)
+	if err != nil {
+		return err
+	}
+	var k apiKey
+	if err := api.do(ctx, http.MethodDelete, "/keys/"+url.PathEscape(pos[0]), nil, &k); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "revoked %s (%s)\n", k.ID, k.Name)
+	return nil
+}

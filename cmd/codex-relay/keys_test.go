@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/store/storetest"
+)
+
+// keys create prints the key once with the Codex config block; the key
+// works with its scope; list never shows it; revoke refuses it at once.
+func TestKeysCommands(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		url := adminAPI(t, s)
+		env := adminEnv("CODEX_RELAY_URL", url)
+		acct, err := s.CreateAccount(ctx, store.Account{Kind: store.KindOpenAI, Label: "k", BaseURL: "http://127.0.0.1:9/v1", Tags: []string{"blue"}},
+			store.Credentials{APIKey: "sk-x"})
+		require.NoError(t, err)
+
+		out, _, err := runCLI(t, env, "keys", "create", "-name", "laptop", "-accounts", acct.ID, "-models", "gpt-5.5-codex, gpt-5.4", "-expires-in", "720h")
+		require.NoError(t, err)
+		m := regexp.MustCompile(`export CODEX_RELAY_KEY=(crk_[0-9A-Za-z]+)`).FindStringSubmatch(out)
+		require.NotNil(t, m, out)
+		secret := m[1]
+		assert.Contains(t, out, `base_url = "`+url+`/backend-api/codex"`)
+		assert.Contains(t, out, `env_key = "CODEX_RELAY_KEY"`)
+		assert.Contains(t, out, "shown once")
+		k, err := s.AuthenticateClientKey(ctx, secret)
+		require.NoError(t, err, "the printed key authenticates")
+		assert.Equal(t, "laptop", k.Name)
+		assert.Equal(t, []string{acct.ID}, k.ScopeAccounts)
+		assert.Equal(t, []string{"gpt-5.5-codex", "gpt-5.4"}, k.Models)
+		assert.WithinDuration(t, time.Now().Add(720*time.Hour), k.ExpiresAt, time.Minute)
+
+		out, _, err = runCLI(t, env, "keys", "create", "-name", "ci", "-tag", "blue", "-json")
+		require.NoError(t, err)
+		var created map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &created))
+		assert.Equal(t, "blue", created["account_tag"])
+		assert.True(t, strings.HasPrefix(created["key"].(string), "crk_"))
+
+		out, _, err = runCLI(t, env, "keys", "list")
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 3)
+		assert.Regexp(t, `^ID\s+NAME\s+PREFIX\s+SCOPE\s+MODELS\s+EXPIRES\s+REQUESTS\s+LAST USED\s+STATE$`, lines[0])
+		assert.NotContains(t, out, secret, "a key is shown once")
+		assert.Contains(t, out, "tag:blue")
+		col := strings.Index(lines[0], "STATE")
+		for _, l := range lines[1:] {
+			assert.Equal(t, "active", strings.TrimSpace(l[col:]), "columns are aligned: %q", l)
+		}
+
+		out, _, err = runCLI(t, env, "keys", "list", "-json")
+		require.NoError(t, err)
+		var listed []map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &listed))
+		require.Len(t, listed, 2)
+		for _, l := range listed {
+			assert.NotContains(t, l, "key")
+		}
+
+		out, _, err = runCLI(t, env, "keys", "revoke", k.ID)
+		require.NoError(t, err)
+		assert.Contains(t, out, "revoked "+k.ID)
+		_, err = s.AuthenticateClientKey(ctx, secret)
+		assert.ErrorIs(t, err, store.ErrKeyRejected, "refused at once")
+		out, _, err = runCLI(t, env, "keys", "list")
+		require.NoError(t, err)
+		assert.Contains(t, out, "revoked")
+
+		// The API's messages.
+		_, _, err = runCLI(t, env, "keys", "create", "-name", "x", "-accounts", "acc_missing")
+		assert.EqualError(t, err, `account_ids: no account "acc_missing"`)
+		_, _, err = runCLI(t, env, "keys", "create", "-name", "x", "-accounts", acct.ID, "-tag", "blue")
+		assert.EqualError(t, err, "account_tag: give account_ids or account_tag, not both")
+		_, _, err = runCLI(t, env, "keys", "create")
+		assert.ErrorContains(t, err, "-name is required")
+		_, _, err = runCLI(t, env, "keys", "revoke", "key_missing")
+		assert.EqualError(t, err, "no such object")
+	})
+}
