@@ -103,9 +103,13 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 			return Outcome{Class: ClassTransport, Action: ActionNext}, &failure{status: http.StatusBadGateway,
 				body: errorJSON(apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream refused a WebSocket"}), class: ClassTransport}, info
 		}
-		o := Classify(AttemptEnd{Now: now, Transport: err, Cancelled: ctx.Err() != nil})
+		o, status, e := dialOutcome(now, err, ctx.Err() != nil)
 		if errors.Is(err, bridge.ErrNoCapacity) {
 			o.Class = "lane_capacity"
+		}
+		if e != nil {
+			info.status, info.code = status, errCode(e)
+			return o, &failure{status: status, body: errorJSON(*e), class: o.Class}, info
 		}
 		return o, &failure{status: http.StatusServiceUnavailable, body: errorJSON(apiError{Type: "server_error", Code: wire.CodeServerIsOverloaded,
 			Message: "no upstream lane could be opened: " + err.Error()}), class: o.Class}, info

@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -148,9 +147,13 @@ func (s *Server) choose(ctx context.Context, c *call, exclude map[string]bool, l
 	if acct.ID == "" {
 		return choice{sel: sel, prefs: prefs, rows: rows}, &NoAccountError{Considered: len(cands)}
 	}
-	cred, err := s.cfg.Store.Credentials(ctx, acct.ID)
+	cred, err := s.credentials(ctx, acct)
 	if err != nil {
-		return choice{}, fmt.Errorf("credentials of %s: %w", acct.ID, err)
+		// This account cannot be used now (its refresh was rejected, or the
+		// auth server is away): the request goes on without it.
+		s.log.Warn("account credentials unavailable", "account", acct.ID, "err", err)
+		exclude = withExcluded(exclude, acct.ID)
+		return s.choose(ctx, c, exclude, laneOwner)
 	}
 	return choice{sel: sel, prefs: prefs, rows: rows, target: Target{Account: acct, Cred: cred}}, nil
 }
@@ -163,6 +166,39 @@ func (s *Server) rebuildable(c *call) bool {
 	}
 	_, err := s.conts.Resolve(c.contKey(), c.fields.PreviousResponseID, nil)
 	return err == nil
+}
+
+// credentials returns an account's credentials, fresh when a TokenSource
+// is configured.
+func (s *Server) credentials(ctx context.Context, a store.Account) (store.Credentials, error) {
+	if s.cfg.Tokens != nil {
+		return s.cfg.Tokens.Token(ctx, a)
+	}
+	return s.cfg.Store.Credentials(ctx, a.ID)
+}
+
+// withExcluded returns exclude with id added (allocating it when nil).
+func withExcluded(exclude map[string]bool, id string) map[string]bool {
+	if exclude == nil {
+		exclude = map[string]bool{}
+	}
+	exclude[id] = true
+	return exclude
+}
+
+// refreshAfter401 handles an upstream 401 before any work on a ChatGPT
+// account: the token is refreshed (once per account and request) and the
+// same account retried, with no penalty. It reports whether to retry.
+func (s *Server) refreshAfter401(ctx context.Context, c *call, t Target, o Outcome, refreshed map[string]bool) bool {
+	if o.Class != ClassAuth || o.Action != ActionNext || s.cfg.Tokens == nil || t.Account.Kind != store.KindChatGPT || refreshed[t.Account.ID] {
+		return false
+	}
+	refreshed[t.Account.ID] = true
+	if _, err := s.cfg.Tokens.AfterUnauthorized(ctx, t.Account, t.Cred.AccessToken); err != nil {
+		return false // rejected (the account is marked) or unreachable: move on
+	}
+	c.force = t.Account.ID
+	return true
 }
 
 // settle records what a served request leaves behind: the binding plan,

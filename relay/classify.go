@@ -41,6 +41,7 @@ const (
 	ActionDone     Action = "done"         // the client got its answer
 	ActionNext     Action = "next_account" // the same request on another account
 	ActionTerminal Action = "terminal"     // answer the client with this failure
+	ActionSame     Action = "same_account" // the same account again (after a token refresh)
 )
 
 // Penalty changes an account's status after an attempt.

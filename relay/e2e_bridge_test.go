@@ -103,7 +103,7 @@ func TestBridgeSurvivesLaneFailures(t *testing.T) {
 	})
 	t.Run("upstream stalls after the first event", func(t *testing.T) {
 		t.Parallel()
-		h := newHarnessWith(t, func(c *relay.Config) { c.StreamIdleTimeout = time.Second }, simAccount("a1", "org-a"))
+		h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.StreamIdleTimeout = time.Second }, simAccount("a1", "org-a"))
 		_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultStall, Events: 1, After: 2, Times: 1})
 		require.NoError(t, err)
 		start := time.Now()
@@ -158,7 +158,7 @@ func TestBridgeSeparatesThreadsOfOneSession(t *testing.T) {
 // lane goroutine or continuity entry outlives its deadline.
 func TestBridgeUnderLoadLeavesNothingBehind(t *testing.T) {
 	conts := continuity.New(continuity.Options{IdleTTL: 300 * time.Millisecond})
-	h := newHarnessWith(t, func(c *relay.Config) {
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) {
 		c.Continuity = conts
 		c.Bridge = bridge.PoolConfig{IdleTimeout: 300 * time.Millisecond, SweepEvery: 50 * time.Millisecond, MaxLanesPerAccount: 256}
 	}, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
@@ -264,7 +264,7 @@ func TestBridgeResponseAliasFindsItsLane(t *testing.T) {
 // is served when a lane frees up.
 func TestBridgeKeepsWaitingClientsAlive(t *testing.T) {
 	t.Parallel()
-	h := newHarnessWith(t, func(c *relay.Config) {
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) {
 		c.Bridge = bridge.PoolConfig{MaxLanesPerAccount: 1, KeepAliveEvery: 50 * time.Millisecond, WaitTimeout: 20 * time.Second}
 	}, simAccount("a1", "org-a"))
 	slow := make(chan string, 1)

@@ -32,7 +32,7 @@ func TestCodexThroughRelay(t *testing.T) {
 		ws := tc.ws
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarnessWith(t, func(c *relay.Config) { c.DisableBridge = tc.noBridge },
+			h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.DisableBridge = tc.noBridge },
 				simAccount("a1", "org-a"), simAccount("a2", "org-a"), simAccount("b1", "org-b"))
 			ctx := context.Background()
 			_, key, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "e2e"})

@@ -19,7 +19,7 @@ import (
 func TestFallbackTakesAnExhaustedPoolsRequest(t *testing.T) {
 	t.Parallel()
 	fb := upstreamtest.Account{ID: "f1", Kind: upstreamtest.KindOpenAI, AccessToken: "sk-f1", Organization: "org-f"}
-	h := newHarnessWith(t, func(c *relay.Config) { c.FallbackModel = "gpt-5.4-mini" }, simAccount("a1", "org-a"), fb)
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.FallbackModel = "gpt-5.4-mini" }, simAccount("a1", "org-a"), fb)
 	ctx := context.Background()
 	tags := []string{relay.FallbackTag}
 	_, err := h.store.UpdateAccount(ctx, h.ids["f1"], store.AccountPatch{Tags: &tags})

@@ -67,7 +67,7 @@ func TestLanesAndReset(t *testing.T) {
 func TestTurnIsBoundBeforeItsTerminalEvent(t *testing.T) {
 	t.Parallel()
 	for _, noBridge := range []bool{false, true} {
-		h := newHarnessWith(t, func(c *relay.Config) { c.DisableBridge = noBridge }, simAccount("a1", "org-a"))
+		h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.DisableBridge = noBridge }, simAccount("a1", "org-a"))
 		thread := "019a4444-0000-7000-8000-00000000000" + map[bool]string{false: "1", true: "2"}[noBridge]
 		b, _ := json.Marshal(responseRequest("hi"))
 		req, err := http.NewRequest(http.MethodPost, h.codexBaseURL()+"/responses", bytes.NewReader(b))

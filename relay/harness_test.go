@@ -40,11 +40,11 @@ func simAccount(id, org string) upstreamtest.Account {
 
 func newHarness(t *testing.T, accounts ...upstreamtest.Account) *harness {
 	t.Helper()
-	return newHarnessWith(t, func(*relay.Config) {}, accounts...)
+	return newHarnessWith(t, func(*harness, *relay.Config) {}, accounts...)
 }
 
 // newHarnessWith is newHarness with the relay's configuration adjusted.
-func newHarnessWith(t *testing.T, adjust func(*relay.Config), accounts ...upstreamtest.Account) *harness {
+func newHarnessWith(t *testing.T, adjust func(*harness, *relay.Config), accounts ...upstreamtest.Account) *harness {
 	t.Helper()
 	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: accounts, Logger: testLogger(t)})
 	t.Cleanup(sim.Close)
@@ -65,7 +65,7 @@ func newHarnessWith(t *testing.T, adjust func(*relay.Config), accounts ...upstre
 		h.ids[a.ID] = created.ID
 	}
 	cfg := relay.Config{Store: st, Logger: testLogger(t), StreamIdleTimeout: 20 * time.Second}
-	adjust(&cfg)
+	adjust(h, &cfg)
 	h.relay = relay.New(cfg)
 	h.srv = httptest.NewServer(h.relay)
 	t.Cleanup(func() {
@@ -250,3 +250,5 @@ func userMessage(text string) map[string]any {
 func storeFilterThread(thread string) store.AttemptFilter {
 	return store.AttemptFilter{ThreadID: thread}
 }
+
+func (h *harness) zeroTime() (z time.Time) { return z }

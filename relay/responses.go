@@ -90,6 +90,7 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 	}
 	var prevAccount string
 	rc := newCiphertextRecovery(!s.cfg.DisableRecovery, c)
+	refreshed := map[string]bool{}
 	for n := 1; n <= s.cfg.MaxAttempts; n++ {
 		laneOwner := ""
 		if s.pool != nil && c.ident.Key != "" && c.sub == "" {
@@ -138,6 +139,11 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 			res, f, info = s.attemptHTTP(ctx, w, out, c, ch)
 		}
 		s.metrics.attempts.WithLabelValues(ch.target.Account.ID, string(res.Class), string(res.Action)).Inc()
+		if s.refreshAfter401(ctx, c, ch.target, res, refreshed) {
+			attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prevAccount, res.Class, "token_refresh", ActionSame, info.status, info.code, info.detail, started, info.firstEvent))
+			prevAccount = ch.target.Account.ID
+			continue
+		}
 		attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prevAccount, res.Class, recovery, res.Action, info.status, info.code, info.detail, started, info.firstEvent))
 		rec.AccountID, rec.Recovery = ch.target.Account.ID, recovery
 		s.penalise(context.WithoutCancel(ctx), ch.target.Account.ID, res.Penalty)

@@ -35,6 +35,10 @@ type Config struct {
 	MaxAttempts int
 	// Continuity is the thread-scoped replay cache; one is made when nil.
 	Continuity *continuity.Cache
+	// Tokens hands out account credentials: fresh ChatGPT access tokens
+	// (refreshed before expiry and once after an upstream 401). Nil reads
+	// the stored credentials as they are.
+	Tokens TokenSource
 	// FallbackModel, when set, is the model a request asks for once it fell
 	// back to the fallback group (accounts tagged "fallback").
 	FallbackModel string
@@ -45,6 +49,13 @@ type Config struct {
 	// clients over plain HTTP upstream requests instead.
 	Bridge        bridge.PoolConfig
 	DisableBridge bool
+}
+
+// TokenSource hands out an account's credentials, refreshing ChatGPT tokens
+// (relay/oauth's Refresher is one).
+type TokenSource interface {
+	Token(ctx context.Context, a store.Account) (store.Credentials, error)
+	AfterUnauthorized(ctx context.Context, a store.Account, staleAccessToken string) (store.Credentials, error)
 }
 
 // Server serves Codex's routes. Safe for concurrent use.

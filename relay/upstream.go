@@ -2,7 +2,9 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -143,8 +145,19 @@ func (u *Upstream) Get(ctx context.Context, t Target, url string, clientHeader h
 func (s *Server) openLane(ctx context.Context, t Target, clientHeader http.Header) (*bridge.Lane, error) {
 	conn, resp, err := s.cfg.Upstream.DialWebSocket(ctx, t, clientHeader)
 	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode < 500 {
-			return nil, fmt.Errorf("%w", &upgradeRefusedError{status: resp.StatusCode})
+		if resp != nil && resp.StatusCode == http.StatusUpgradeRequired {
+			return nil, &upgradeRefusedError{status: resp.StatusCode}
+		}
+		if resp != nil && resp.StatusCode >= 400 {
+			// The upstream answered the upgrade like a request: classify it so.
+			de := &dialStatusError{status: resp.StatusCode}
+			if resp.Body != nil {
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+				if e, ok := wire.ParseErrorBody(body); ok {
+					de.err = &e
+				}
+			}
+			return nil, de
 		}
 		return nil, err
 	}
@@ -154,6 +167,28 @@ func (s *Server) openLane(ctx context.Context, t Target, clientHeader http.Heade
 	}
 	s.metrics.lanes.WithLabelValues("opened").Inc()
 	return bridge.NewLane(conn, t.Account.ID, h, s.cfg.Now()), nil
+}
+
+// dialStatusError is an upgrade the upstream answered with an error status.
+type dialStatusError struct {
+	status int
+	err    *wire.Error
+}
+
+func (e *dialStatusError) Error() string {
+	if e.err != nil {
+		return fmt.Sprintf("upstream refused the WebSocket with %d: %s", e.status, e.err.Error())
+	}
+	return fmt.Sprintf("upstream refused the WebSocket with %d", e.status)
+}
+
+// dialOutcome classifies a failed lane dial.
+func dialOutcome(now time.Time, err error, cancelled bool) (Outcome, int, *wire.Error) {
+	var de *dialStatusError
+	if errors.As(err, &de) {
+		return Classify(AttemptEnd{Now: now, Status: de.status, Err: de.err, Cancelled: cancelled}), de.status, de.err
+	}
+	return Classify(AttemptEnd{Now: now, Transport: err, Cancelled: cancelled}), 0, nil
 }
 
 // MaxMessageBytes bounds one WebSocket message in either direction. Codex's

@@ -203,6 +203,7 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 	prev := ""
 	var firstFail []byte
 	rc := newCiphertextRecovery(!s.cfg.DisableRecovery, c)
+	refreshed := map[string]bool{}
 	for n := 1; n <= s.cfg.MaxAttempts+1; n++ {
 		laneOwner := ""
 		if ws.lane != nil && ws.lane.Alive() {
@@ -242,6 +243,12 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 		}
 		recovery := c.recovery
 		s.metrics.attempts.WithLabelValues(ch.target.Account.ID, string(res.out.Class), string(res.out.Action)).Inc()
+		if s.refreshAfter401(ctx, c, ch.target, res.out, refreshed) {
+			ws.retireLane("replaced") // the lane was opened with the stale token
+			attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prev, res.out.Class, "token_refresh", ActionSame, res.status, res.code, res.detail, started, res.firstEvent))
+			prev = ch.target.Account.ID
+			continue
+		}
 		attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prev, res.out.Class, recovery, res.out.Action, res.status, res.code, res.detail, started, res.firstEvent))
 		rec.AccountID, rec.Recovery, rec.FirstEvent = ch.target.Account.ID, recovery, res.firstEvent
 		s.penalise(context.WithoutCancel(ctx), ch.target.Account.ID, res.out.Penalty)
@@ -374,8 +381,14 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		l, err := s.openLane(ctx, ch.target, ws.header)
 		if err != nil {
 			res.detail = err.Error()
-			res.out = Classify(AttemptEnd{Now: now, Transport: err, Status: 0, Cancelled: ctx.Err() != nil})
-			res.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"})
+			o, status, e := dialOutcome(now, err, ctx.Err() != nil)
+			res.out, res.status = o, status
+			if e != nil {
+				res.code = errCode(e)
+				res.final = errorEvent(status, *e)
+			} else {
+				res.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"})
+			}
 			return res
 		}
 		ws.lane = l

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/oauth"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/web"
 )
@@ -26,6 +28,8 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	db.register(fs, c)
 	addr := fs.String("addr", envOr(c, "CODEX_RELAY_ADDR", DefaultAddr), "listen address (env CODEX_RELAY_ADDR)")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "how long open requests may finish after SIGINT/SIGTERM")
+	tokenURL := fs.String("token-url", envOr(c, "CODEX_RELAY_TOKEN_URL", oauth.DefaultTokenURL), "OAuth token endpoint that refreshes ChatGPT accounts' tokens (env CODEX_RELAY_TOKEN_URL)")
+	fallbackModel := fs.String("fallback-model", envOr(c, "CODEX_RELAY_FALLBACK_MODEL", ""), "model requests ask for when they fall back to accounts tagged \"fallback\" (env CODEX_RELAY_FALLBACK_MODEL); empty: the client's model")
 	fs.Usage = withEnvNotes(fs.Usage, c)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -47,19 +51,31 @@ func runServe(ctx context.Context, c cli, args []string) error {
 		return err
 	}
 
-	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, nil)
+	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel}, nil)
+}
+
+// relayOptions are the relay settings serve and demo pass down.
+type relayOptions struct {
+	tokenURL      string // where ChatGPT refresh tokens are redeemed
+	fallbackModel string // the model a request asks for in the fallback group
 }
 
 // serveRelay assembles the relay and its web front on st and serves on addr
 // until ctx ends. onListen, when set, is told the address first.
-func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte, addr string, grace time.Duration, log *slog.Logger, onListen func(addr string)) error {
+func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte, addr string, grace time.Duration, log *slog.Logger, opts relayOptions, onListen func(addr string)) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg})
+	up := relay.NewUpstream() // one client, no ambient proxy: only configured upstreams are called
+	tokens := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: up.HTTP, TokenURL: opts.tokenURL, Logger: log.With("component", "tokens")})
+	defer tokens.Close()
+	poller := oauth.NewUsagePoller(oauth.UsagePollerConfig{Store: st, Tokens: tokens, HTTPClient: up.HTTP, Logger: log.With("component", "usage")})
+	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel})
 	rctx, stopRelay := context.WithCancel(ctx)
-	housekeeping := make(chan struct{})
-	go func() { rl.Run(rctx); close(housekeeping) }()
-	defer func() { stopRelay(); <-housekeeping }()
+	var background sync.WaitGroup
+	background.Add(2)
+	go func() { defer background.Done(); rl.Run(rctx) }()
+	go func() { defer background.Done(); poller.Run(rctx, time.Minute) }()
+	defer func() { stopRelay(); background.Wait() }()
 	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl})
 
 	ln, err := net.Listen("tcp", addr)
