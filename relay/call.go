@@ -243,7 +243,11 @@ func (s *Server) penalise(ctx context.Context, accountID string, p *Penalty) {
 
 // foldUsage records the usage windows an upstream reported in headers.
 func (s *Server) foldUsage(ctx context.Context, accountID string, h http.Header) {
-	rl := wire.ParseRateLimitHeaders(h)
+	s.foldLimits(ctx, accountID, wire.ParseRateLimitHeaders(h))
+}
+
+// foldLimits records reported usage windows for an account.
+func (s *Server) foldLimits(ctx context.Context, accountID string, rl wire.RateLimits) {
 	p, sec := usageWindow(rl.Primary), usageWindow(rl.Secondary)
 	if !p.Known && !sec.Known {
 		return
@@ -319,6 +323,8 @@ type tracker struct {
 	work       bool
 	events     int
 	turnState  string
+	// limits are the usage windows a codex.rate_limits event reported.
+	limits *wire.RateLimits
 }
 
 // semantic reports whether an event carries work the client acts on.
@@ -366,6 +372,20 @@ func (t *tracker) observe(typ string, data []byte) {
 			t.failure, t.failStatus = &ev.Error, ev.Status
 		} else {
 			t.failure = &wire.Error{Type: wire.TypeServerError, Message: "upstream error event"}
+		}
+	case wire.EventRateLimits:
+		var ev wire.RateLimitsEvent
+		if json.Unmarshal(data, &ev) == nil {
+			rl := wire.RateLimits{}
+			if p := ev.RateLimits.Primary; p != nil {
+				w := p.RateLimitWindow
+				rl.Primary = &w
+			}
+			if sw := ev.RateLimits.Secondary; sw != nil {
+				w := sw.RateLimitWindow
+				rl.Secondary = &w
+			}
+			t.limits = &rl
 		}
 	case wire.EventResponseMetadata:
 		var env struct {

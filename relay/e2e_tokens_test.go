@@ -2,12 +2,17 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/oauth"
 	"github.com/codexrelay/codex-relay/relay/store"
@@ -64,4 +69,75 @@ func TestTokenRefreshAfter401(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, store.StatusReauthRequired, a2.Status)
 	assert.NotEmpty(t, a2.StatusReason)
+}
+
+// Usage windows reported in a WebSocket stream (codex.rate_limits) update
+// the account: a second turn on the same lane sends no new upgrade headers,
+// only the event with the usage the first turn spent.
+func TestRateLimitsEventsFoldIntoTheAccount(t *testing.T) {
+	t.Parallel()
+	a1 := simAccount("a1", "org-a")
+	a1.Primary.UsedPercent = 30
+	a1.UsagePerRequest = 10
+	h := newHarness(t, a1)
+	c := h.dialWS(sessionS, rootT)
+	typ, _ := lastEvent(c.turn(responseRequest("one")))
+	require.Equal(t, "response.completed", typ)
+	typ, _ = lastEvent(c.turn(responseRequest("two")))
+	require.Equal(t, "response.completed", typ)
+	acc, err := h.store.Account(context.Background(), h.ids["a1"])
+	require.NoError(t, err)
+	assert.InDelta(t, 40, acc.Primary.UsedPercent, 0.01, "the second turn's codex.rate_limits reached the account")
+	assert.Equal(t, 1, len(h.relay.Lanes()), "one lane: no new upgrade headers")
+}
+
+// Fifty concurrent requests with an expired token: exactly one refresh, and
+// every request is served.
+func TestConcurrentRequestsRefreshOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, withRefresher, simAccount("a1", "org-a"))
+	require.NoError(t, h.store.SetCredentials(context.Background(), h.ids["a1"], store.Credentials{AccessToken: "stale", RefreshToken: "rt-a1"}, h.zeroTime()))
+	const n = 50
+	var wg sync.WaitGroup
+	codes := make(chan int, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, _ := h.post(sessionS, fmt.Sprintf("019a8888-0000-7000-8000-%012d", i), responseRequest("hi"), nil)
+			codes <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		assert.Equal(t, http.StatusOK, code)
+	}
+	assert.Equal(t, 1, h.sim.RefreshCount("a1"), "single-flight: one refresh for fifty requests")
+	assert.Equal(t, store.StatusActive, statusOf(t, h, "a1"))
+}
+
+// When no account can serve, Codex gets 429 usage_limit_reached with the
+// earliest reset in scope and shows "try again at".
+func TestCodexSeesTheEarliestResetOfAnExhaustedPool(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+	ctx := context.Background()
+	soon := time.Now().Add(20 * time.Minute).Truncate(time.Second)
+	_, err := h.store.SetAccountStatus(ctx, h.ids["a1"], store.StatusRateLimited, "usage_limit_reached", time.Now().Add(3*time.Hour))
+	require.NoError(t, err)
+	_, err = h.store.SetAccountStatus(ctx, h.ids["a2"], store.StatusQuotaExceeded, "usage_limit_reached", soon)
+	require.NoError(t, err)
+
+	resp, body := h.post(sessionS, rootT, responseRequest("hi"), nil)
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Contains(t, body, `"usage_limit_reached"`)
+	assert.Contains(t, body, fmt.Sprintf(`"resets_at":%d`, soon.Unix()), "the earliest reset in scope")
+
+	codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: false, Key: "unused"})
+	res, err := codex.Exec(ctx, "hello", codexcli.RunOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, 0, res.ExitCode)
+	assert.Contains(t, strings.ToLower(strings.Join(res.Errors, " ")), "try again at")
+	assert.Empty(t, h.responseRecords(""), "nothing went upstream")
 }

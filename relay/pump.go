@@ -45,6 +45,13 @@ type settleFunc func(tr *tracker)
 // idle deadline, not by the client's patience.
 func (s *Server) pumpLane(ctx context.Context, c *call, l *bridge.Lane, emit emitFunc, settle settleFunc) laneEnd {
 	var end laneEnd
+	defer func() {
+		// Usage windows reported in the stream (codex.rate_limits) update
+		// the account, as the HTTP headers do.
+		if end.tr.limits != nil {
+			s.foldLimits(context.WithoutCancel(ctx), l.Account, *end.tr.limits)
+		}
+	}()
 	type held struct {
 		typ  string
 		data []byte
