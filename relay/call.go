@@ -229,6 +229,12 @@ func (s *Server) settle(ctx context.Context, c *call, ch choice, responseID stri
 	if responseID != "" {
 		s.owners.put(responseKey(responseID), owner{account: ch.target.Account.ID, scope: c.client.scope()})
 	}
+	if a := ch.target.Account; a.Status == store.StatusRateLimited || a.Status == store.StatusQuotaExceeded {
+		// Served after its reset: live traffic is the probe that confirms it.
+		if _, err := s.cfg.Store.SetAccountStatus(ctx, a.ID, store.StatusActive, "served again after its reset", time.Time{}); err != nil {
+			s.log.Warn("mark account active", "account", a.ID, "err", err)
+		}
+	}
 }
 
 // penalise applies an outcome's penalty to an account.

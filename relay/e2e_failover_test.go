@@ -2,7 +2,9 @@ package relay_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,4 +67,24 @@ func TestCodexUsageLimitAfterOutputIsTerminal(t *testing.T) {
 	a1, err := h.store.Account(context.Background(), h.ids["a1"])
 	require.NoError(t, err)
 	assert.Equal(t, store.StatusRateLimited, a1.Status, "the account rests")
+}
+
+// An account rate-limited by a 429 comes back by itself once its reset has
+// passed: no restart, no operator.
+func TestRateLimitedAccountReturnsAfterItsReset(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultUsageLimit, Account: "a1", Times: 1, ResetsIn: upstreamtest.Duration(time.Second)})
+	require.NoError(t, err)
+	resp, body := h.post(sessionS, rootT, responseRequest("one"), nil)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
+	assert.Contains(t, body, "resets_at")
+	assert.Equal(t, store.StatusRateLimited, statusOf(t, h, "a1"))
+
+	resp, _ = h.post(sessionS, rootT, responseRequest("too soon"), nil)
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "still resting before its reset")
+	time.Sleep(1500 * time.Millisecond) // the simulated reset
+	resp, body = h.post(sessionS, rootT, responseRequest("after the reset"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Equal(t, store.StatusActive, statusOf(t, h, "a1"), "a success clears the limit")
 }
