@@ -260,14 +260,7 @@ func runAccountsAdd(ctx context.Context, c cli, name string, args []string) erro
 	fs.StringVar(&accountID, "account-id", "", "chatgpt: the ChatGPT-Account-Id (default: from the tokens)")
 	fs.StringVar(&keyFile, "api-key-file", "", "read the API key from this file (- for standard input) instead of CODEX_RELAY_ACCOUNT_API_KEY")
 	fs.BoolVar(&asJSON, "json", false, "print the new account as JSON")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s: unexpected arguments %q", name, pos)
-	}
-	api, err := newAPIClient(c, af.url)
+	api, err := parseVerb(c, fs, &af, name, args)
 	if err != nil {
 		return err
 	}
@@ -403,14 +396,7 @@ func runAccountsLogin(ctx context.Context, c cli, name string, args []string) er
 	fs.StringVar(&authURL, "auth-url", envOr(c, "CODEX_RELAY_AUTH_URL", oauth.DefaultIssuer),
 		"the auth server's base URL (env CODEX_RELAY_AUTH_URL)")
 	fs.DurationVar(&timeout, "timeout", 15*time.Minute, "how long to wait for the approval")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s: unexpected arguments %q", name, pos)
-	}
-	api, err := newAPIClient(c, af.url)
+	api, err := parseVerb(c, fs, &af, name, args)
 	if err != nil {
 		return err
 	}
@@ -436,14 +422,7 @@ func runAccountsList(ctx context.Context, c cli, name string, args []string) err
 	fs := newVerbFlagSet(c, name, "", "List the accounts: status and why, until when, usage windows.", "")
 	af.register(fs, c)
 	fs.BoolVar(&asJSON, "json", false, "print the API's JSON instead of a table")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s: unexpected arguments %q", name, pos)
-	}
-	api, err := newAPIClient(c, af.url)
+	api, err := parseVerb(c, fs, &af, name, args)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,19 @@ func (e *apiError) Error() string {
 
 // newAPIClient checks the relay URL and reads the admin token from the
 // environment.
+// parseVerb parses a verb's flags (interleaved with no positional
+// arguments) and returns a client of the admin API at af.url.
+func parseVerb(c cli, fs *flag.FlagSet, af *apiFlags, name string, args []string) (*apiClient, error) {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) > 0 {
+		return nil, fmt.Errorf("%s: unexpected arguments %q", name, pos)
+	}
+	return newAPIClient(c, af.url)
+}
+
 func newAPIClient(c cli, rawURL string) (*apiClient, error) {
 	u, err := url.Parse(strings.TrimSpace(rawURL))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

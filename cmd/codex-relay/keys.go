@@ -146,14 +146,7 @@ func runKeysList(ctx context.Context, c cli, name string, args []string) error {
 	fs := newVerbFlagSet(c, name, "", "List client keys (never their secrets): scope, expiry, use, revocation.", "")
 	af.register(fs, c)
 	fs.BoolVar(&asJSON, "json", false, "print the API's JSON instead of a table")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s: unexpected arguments %q", name, pos)
-	}
-	api, err := newAPIClient(c, af.url)
+	api, err := parseVerb(c, fs, &af, name, args)
 	if err != nil {
 		return err
 	}
