@@ -61,6 +61,14 @@ log "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
 
+log "templ generate is current"
+go tool templ generate >/dev/null 2>&1
+if git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --quiet -- '*_templ.go'; then
+  echo "generated templ code is stale: run 'go tool templ generate' and commit the *_templ.go files" >&2
+  git diff --stat -- '*_templ.go' >&2
+  exit 1
+fi
+
 log "go test -race"
 if [ $# -eq 0 ]; then set -- ./...; fi
 go test -race -count=1 -timeout 15m "$@"

@@ -230,11 +230,7 @@ func (s *Server) createAccount(c echo.Context) error {
 	if err := decodeJSON(c, &f); err != nil {
 		return err
 	}
-	a, cred, err := f.newAccount()
-	if err != nil {
-		return err
-	}
-	created, err := s.cfg.Store.CreateAccount(c.Request().Context(), a, cred)
+	created, err := s.addAccount(c, f, "account.create")
 	if err != nil {
 		return err
 	}
@@ -315,13 +311,42 @@ func (s *Server) patchAccount(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.audit(c, "account.update", "account:"+a.ID, "changed "+strings.Join(f.fieldsGiven(), ", "))
 	return c.JSON(http.StatusOK, viewAccount(a))
 }
 
+// fieldsGiven names the fields a PATCH sets (never their values: some are
+// credentials), for the audit log.
+func (f accountForm) fieldsGiven() []string {
+	var out []string
+	for _, p := range []struct {
+		name string
+		set  bool
+	}{{"label", f.Label != nil}, {"base_url", f.BaseURL != nil}, {"organization", f.Organization != nil},
+		{"api_key", f.APIKey != nil}, {"access_token", f.AccessToken != nil}, {"refresh_token", f.RefreshToken != nil},
+		{"id_token", f.IDToken != nil}, {"account_id", f.AccountID != nil}, {"email", f.Email != nil},
+		{"plan_type", f.PlanType != nil}, {"tags", f.Tags != nil}, {"priority", f.Priority != nil},
+		{"max_concurrency", f.MaxConcurrency != nil}} {
+		if p.set {
+			out = append(out, p.name)
+		}
+	}
+	if len(out) == 0 {
+		return []string{"nothing"}
+	}
+	return out
+}
+
 func (s *Server) deleteAccount(c echo.Context) error {
-	if err := s.cfg.Store.DeleteAccount(c.Request().Context(), c.Param("id")); err != nil {
+	ctx := c.Request().Context()
+	a, err := s.cfg.Store.Account(ctx, c.Param("id"))
+	if err != nil {
 		return err
 	}
+	if err := s.cfg.Store.DeleteAccount(ctx, a.ID); err != nil {
+		return err
+	}
+	s.audit(c, "account.delete", "account:"+a.ID, a.Label+" and its bindings")
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -337,11 +362,7 @@ func (s *Server) pauseAccount(c echo.Context) error {
 			return err
 		}
 	}
-	reason := strings.TrimSpace(f.Reason)
-	if reason == "" {
-		reason = "paused by an operator"
-	}
-	a, err := s.cfg.Store.SetAccountStatus(c.Request().Context(), c.Param("id"), store.StatusPaused, reason, time.Time{})
+	a, err := s.setAccountPaused(c, c.Param("id"), true, f.Reason)
 	if err != nil {
 		return err
 	}
@@ -349,7 +370,7 @@ func (s *Server) pauseAccount(c echo.Context) error {
 }
 
 func (s *Server) resumeAccount(c echo.Context) error {
-	a, err := s.cfg.Store.SetAccountStatus(c.Request().Context(), c.Param("id"), store.StatusActive, "resumed by an operator", time.Time{})
+	a, err := s.setAccountPaused(c, c.Param("id"), false, "")
 	if err != nil {
 		return err
 	}

@@ -55,51 +55,61 @@ type keyForm struct {
 	ExpiresIn  string   `json:"expires_in"`
 }
 
-func (s *Server) createKey(c echo.Context) error {
-	ctx := c.Request().Context()
-	var f keyForm
-	if err := decodeJSON(c, &f); err != nil {
-		return err
+// newClientKey validates a key form into the key to create.
+func (s *Server) newClientKey(c echo.Context, f keyForm) (store.ClientKey, error) {
+	k := store.ClientKey{Name: strings.TrimSpace(f.Name), ScopeTag: strings.TrimSpace(f.AccountTag)}
+	for _, m := range f.Models {
+		if m = strings.TrimSpace(m); m != "" {
+			k.Models = append(k.Models, m)
+		}
 	}
-	k := store.ClientKey{Name: strings.TrimSpace(f.Name), ScopeTag: strings.TrimSpace(f.AccountTag), Models: f.Models}
 	if k.Name == "" {
-		return badField("name", "required: say who or what uses the key")
+		return k, badField("name", "required: say who or what uses the key")
 	}
 	if len(k.Name) > 200 {
-		return badField("name", "at most 200 characters")
+		return k, badField("name", "at most 200 characters")
 	}
 	if len(f.AccountIDs) > 0 && k.ScopeTag != "" {
-		return badField("account_tag", "give account_ids or account_tag, not both")
+		return k, badField("account_tag", "give account_ids or account_tag, not both")
 	}
 	for _, id := range f.AccountIDs {
-		if _, err := s.cfg.Store.Account(ctx, strings.TrimSpace(id)); err != nil {
+		if _, err := s.cfg.Store.Account(c.Request().Context(), strings.TrimSpace(id)); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
-				return badField("account_ids", "no account %q", id)
+				return k, badField("account_ids", "no account %q", id)
 			}
-			return err
+			return k, err
 		}
 		k.ScopeAccounts = append(k.ScopeAccounts, strings.TrimSpace(id))
 	}
+	now := s.cfg.Now()
 	switch {
 	case f.ExpiresAt != "" && f.ExpiresIn != "":
-		return badField("expires_in", "give expires_at or expires_in, not both")
+		return k, badField("expires_in", "give expires_at or expires_in, not both")
 	case f.ExpiresAt != "":
 		t, err := time.Parse(time.RFC3339, f.ExpiresAt)
 		if err != nil {
-			return badField("expires_at", "must be an RFC 3339 time such as 2027-01-31T00:00:00Z")
+			return k, badField("expires_at", "must be an RFC 3339 time such as 2027-01-31T00:00:00Z")
 		}
-		if !t.After(time.Now()) {
-			return badField("expires_at", "must be in the future")
+		if !t.After(now) {
+			return k, badField("expires_at", "must be in the future")
 		}
 		k.ExpiresAt = t
 	case f.ExpiresIn != "":
 		d, err := time.ParseDuration(f.ExpiresIn)
 		if err != nil || d <= 0 {
-			return badField("expires_in", "must be a positive duration such as 720h")
+			return k, badField("expires_in", "must be a positive duration such as 720h")
 		}
-		k.ExpiresAt = time.Now().Add(d)
+		k.ExpiresAt = now.Add(d)
 	}
-	created, secret, err := s.cfg.Store.CreateClientKey(ctx, k)
+	return k, nil
+}
+
+func (s *Server) createKey(c echo.Context) error {
+	var f keyForm
+	if err := decodeJSON(c, &f); err != nil {
+		return err
+	}
+	created, secret, err := s.issueKey(c, f)
 	if err != nil {
 		return err
 	}
@@ -132,7 +142,7 @@ func (s *Server) getKey(c echo.Context) error {
 
 // revokeKey revokes rather than deletes, so the request log keeps naming it.
 func (s *Server) revokeKey(c echo.Context) error {
-	k, err := s.cfg.Store.RevokeClientKey(c.Request().Context(), c.Param("id"))
+	k, err := s.revokeKeyByID(c, c.Param("id"))
 	if err != nil {
 		return err
 	}

@@ -3,12 +3,13 @@ package web
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/web/ui"
 )
 
 // HTTPError is an error with the answer the client sees kept apart from the
@@ -69,6 +70,8 @@ func toHTTPError(err error) *HTTPError {
 			code = "body_too_large"
 		case http.StatusUnauthorized:
 			code = "unauthorized"
+		case http.StatusForbidden:
+			code = "forbidden"
 		}
 		return &HTTPError{Status: ee.Code, Code: code, Msg: msg, Err: ee.Internal}
 	}
@@ -81,20 +84,47 @@ func toHTTPError(err error) *HTTPError {
 	return &HTTPError{Status: http.StatusInternalServerError, Code: "internal_error", Msg: "internal error", Err: err}
 }
 
-// errorHandler renders every error in the one shape and logs server faults.
-func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
-	return func(err error, c echo.Context) {
-		if c.Response().Committed {
-			return
-		}
-		he := toHTTPError(err)
-		if he.Status >= 500 {
-			log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
-		}
-		if c.Request().Method == http.MethodHead {
-			_ = c.NoContent(he.Status)
-			return
-		}
-		_ = c.JSON(he.Status, errorBody{Error: errorDetail{Code: he.Code, Message: he.Msg, Field: he.Field}})
+// handleError renders every error in one place: the console gets an error
+// page, everything else the one JSON shape. The shown message (Msg) is kept
+// apart from the cause (Err), which is logged for server faults.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
 	}
+	he := toHTTPError(err)
+	if he.Status >= 500 {
+		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(he.Status)
+		return
+	}
+	if isConsole(c.Request().URL.Path) {
+		page := ui.ErrorPage(ui.ErrorView{Status: he.Status, Title: errorTitle(he.Status), Message: he.Msg})
+		if rerr := s.render(c, he.Status, page); rerr == nil {
+			return
+		}
+	}
+	_ = c.JSON(he.Status, errorBody{Error: errorDetail{Code: he.Code, Message: he.Msg, Field: he.Field}})
+}
+
+func isConsole(path string) bool { return path == "/admin" || strings.HasPrefix(path, "/admin/") }
+
+func errorTitle(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "That did not work"
+	case http.StatusUnauthorized:
+		return "Log in first"
+	case http.StatusForbidden:
+		return "Refused"
+	case http.StatusNotFound:
+		return "Not found"
+	case http.StatusTooManyRequests:
+		return "Too many requests"
+	}
+	if status >= 500 {
+		return "Something went wrong"
+	}
+	return http.StatusText(status)
 }

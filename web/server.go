@@ -1,17 +1,22 @@
-// Package web serves the operator side of the relay: the admin REST API under
-// /api/v1, the operations endpoints (/healthz, /readyz, /metrics), and later
-// the console. Handlers stay thin: parse, call the store or the relay, render.
+// Package web serves the operator side of the relay: the admin console under
+// /admin/ (server-rendered with templ, see package ui), the admin REST API
+// under /api/v1, and the operations endpoints (/healthz, /readyz, /metrics).
+// Handlers stay thin: parse into a small struct, call the store or the relay,
+// render a view model.
 package web
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/store"
 )
 
@@ -27,13 +32,47 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Client, when set, serves the client routes (Codex's Responses API).
 	Client http.Handler
+	// Relay, when set, is this replica's relay: the console and the API list
+	// its live lanes and in-flight requests, and every binding reset is
+	// followed by Relay.Forget. Nil: no lanes, nothing to forget.
+	Relay Relay
+	// SessionKey signs the console's session cookies and CSRF tokens. cmd
+	// derives it from the relay's secret key, so every replica accepts the
+	// same sessions. Nil: a random key per process (sessions end with it).
+	SessionKey []byte
+	// Now is the clock (sessions, login rate limit, ages); time.Now when nil.
+	Now func() time.Time
+	// LiveInterval is how often the console's live views (overview, lanes,
+	// diagnostics) are re-rendered for their SSE streams. Default 2s.
+	LiveInterval time.Duration
 }
 
-// Server is the HTTP front of the relay. Static after New.
+// Relay is what the web layer uses of the relay. *relay.Server has it.
+type Relay interface {
+	// Lanes lists the live upstream lanes of this replica.
+	Lanes() []relay.LaneInfo
+	// InFlight reports requests under way on an account on this replica.
+	InFlight(accountID string) int
+	// Forget drops the continuity entries and lanes of reset bindings.
+	Forget(reset []store.Binding)
+}
+
+// noRelay stands in when Config.Relay is nil.
+type noRelay struct{}
+
+func (noRelay) Lanes() []relay.LaneInfo { return nil }
+func (noRelay) InFlight(string) int     { return 0 }
+func (noRelay) Forget([]store.Binding)  {}
+
+// Server is the HTTP front of the relay. Its fields are static after New;
+// sessions and limiter guard their own state.
 type Server struct {
-	cfg     Config
-	echo    *echo.Echo
-	metrics *httpMetrics
+	cfg      Config
+	echo     *echo.Echo
+	metrics  *httpMetrics
+	sessions *sessions
+	limiter  *loginLimiter
+	log      *slog.Logger
 }
 
 // New builds the server and its routes.
@@ -45,11 +84,34 @@ func New(cfg Config) *Server {
 		reg := prometheus.NewRegistry()
 		cfg.Registry, cfg.Gatherer = reg, reg
 	}
+	if cfg.Relay == nil {
+		cfg.Relay = noRelay{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.LiveInterval <= 0 {
+		cfg.LiveInterval = 2 * time.Second
+	}
+	if len(cfg.SessionKey) == 0 {
+		cfg.SessionKey = make([]byte, 32)
+		if _, err := rand.Read(cfg.SessionKey); err != nil {
+			panic("crypto/rand failed: " + err.Error()) // the platform is broken; nothing sane to do
+		}
+	}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	e.HTTPErrorHandler = errorHandler(cfg.Logger)
-	s := &Server{cfg: cfg, echo: e, metrics: newHTTPMetrics(cfg.Registry)}
+	// The client address is the peer's: a forwarded-for header is the
+	// client's own claim and would let it dodge the login rate limit.
+	e.IPExtractor = echo.ExtractIPDirect()
+	s := &Server{
+		cfg: cfg, echo: e, log: cfg.Logger,
+		metrics:  newHTTPMetrics(cfg.Registry),
+		sessions: newSessions(cfg.SessionKey, cfg.AdminTokenHash, cfg.Now),
+		limiter:  newLoginLimiter(loginBurst, loginRefill, cfg.Now),
+	}
+	e.HTTPErrorHandler = s.handleError
 	s.routes()
 	return s
 }
@@ -60,16 +122,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.Serv
 // HashAdminToken is the form of the admin token the server compares against.
 func HashAdminToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
-// requireAdmin admits requests bearing the admin token. Hashing both sides
-// first makes the comparison constant-time whatever the lengths.
+// adminToken reports whether token is the admin token. Hashing first makes
+// the comparison constant-time whatever the lengths.
+func (s *Server) adminToken(token string) bool {
+	sum := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(sum[:], s.cfg.AdminTokenHash[:]) == 1
+}
+
+// requireAdmin admits API requests bearing the admin token; their actions
+// are audited as actor "api".
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		token, ok := bearer(c.Request().Header.Get("Authorization"))
-		if ok {
-			sum := sha256.Sum256([]byte(token))
-			if subtle.ConstantTimeCompare(sum[:], s.cfg.AdminTokenHash[:]) == 1 {
-				return next(c)
-			}
+		if token, ok := bearer(c.Request().Header.Get("Authorization")); ok && s.adminToken(token) {
+			c.Set(actorKey, actorAPI)
+			return next(c)
 		}
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="codex-relay admin"`)
 		return &HTTPError{Status: http.StatusUnauthorized, Code: "unauthorized", Msg: "admin token required (Authorization: Bearer <CODEX_RELAY_ADMIN_TOKEN>)"}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -174,29 +175,44 @@ func resolveAdminToken(ctx context.Context, c cli, st *store.Store, log *slog.Lo
 // openStore parses the database location, resolves the secret key (unless
 // withoutSecret) and opens and migrates the store.
 func openStore(ctx context.Context, c cli, f dbFlags, log *slog.Logger, withoutSecret bool) (*store.Store, error) {
+	st, _, err := openStoreWithKey(ctx, c, f, log, withoutSecret)
+	return st, err
+}
+
+// sessionKey derives the console's cookie-signing key from the secret key,
+// so sessions survive a restart and hold on every replica.
+func sessionKey(secret []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte("codex-relay console sessions v1\x00"))
+	h.Write(secret)
+	return h.Sum(nil)
+}
+
+// openStoreWithKey is openStore that also returns the secret key.
+func openStoreWithKey(ctx context.Context, c cli, f dbFlags, log *slog.Logger, withoutSecret bool) (*store.Store, []byte, error) {
 	loc, err := store.ParseLocation(f.databaseURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var key []byte
 	if !withoutSecret {
 		if key, err = resolveSecretKey(c, loc, log); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	st, err := store.Open(ctx, loc, store.Options{SecretKey: key})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	applied, err := st.Migrate(mctx)
 	if err != nil {
 		st.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if len(applied) > 0 {
 		log.Info("database migrated", "database", loc.String(), "applied", applied)
 	}
-	return st, nil
+	return st, key, nil
 }

@@ -70,7 +70,7 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 		}
 		db.databaseURL = "sqlite:" + filepath.Join(dir, "relay.db")
 	}
-	st, err := openStore(ctx, c, db, log, false)
+	st, secret, err := openStoreWithKey(ctx, c, db, log, false)
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveRelay(ctx, c, st, adminHash, *addr, 5*time.Second, log, relayOptions{tokenURL: sim.TokenURL()}, func(a string) {
+	return serveRelay(ctx, c, st, adminHash, *addr, 5*time.Second, log, relayOptions{tokenURL: sim.TokenURL(), sessionKey: sessionKey(secret)}, func(a string) {
 		printDemoBanner(c, a, key, sim.URL, st.Location().String())
 	})
 }
@@ -129,6 +129,7 @@ Codex Relay demo is running.
 
   relay        %s   (database %s)
   admin API    %s/api/v1/   (Authorization: Bearer <admin token>)
+  console      %s/admin/    (sign in with the admin token)
   upstream     %s   (simulated: 3 accounts in 2 organisations)
 
 Client key (shown once):
@@ -148,5 +149,5 @@ supports_websockets = true
 
 Then: codex exec --skip-git-repo-check "say hello"
 Stop with Ctrl-C.
-`, base, database, base, simURL, key, base)
+`, base, database, base, base, simURL, key, base)
 }

@@ -48,6 +48,7 @@ func TestDemoServesCodex(t *testing.T) {
 	assert.Contains(t, banner, `supports_websockets = true`)
 	assert.Contains(t, banner, "/api/v1/")
 	assert.Regexp(t, `Admin token \(shown once`, banner)
+	assert.Contains(t, banner, "/admin/", "the console URL")
 
 	codex := codexcli.New(t, codexcli.Provider{BaseURL: base[1], WebSockets: true, Key: key[1]})
 	res, err := codex.Exec(context.Background(), "hello from the demo", codexcli.RunOptions{})

@@ -56,6 +56,7 @@ func commands() map[string]command {
 		"demo":     {"run the relay in front of the simulated upstream, ready for Codex", runDemo},
 		"accounts": {"manage upstream accounts through the admin API (add, import, login, list, pause, resume, remove)", runAccounts},
 		"keys":     {"manage client keys through the admin API (create, list, revoke)", runKeys},
+		"bindings": {"list or reset bindings through the admin API (which account serves which thread)", runBindings},
 	}
 }
 

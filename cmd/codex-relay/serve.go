@@ -58,6 +58,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 type relayOptions struct {
 	tokenURL      string // where ChatGPT refresh tokens are redeemed
 	fallbackModel string // the model a request asks for in the fallback group
+	sessionKey    []byte // signs console sessions; random per process when nil
 }
 
 // serveRelay assembles the relay and its web front on st and serves on addr
@@ -76,7 +77,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	go func() { defer background.Done(); rl.Run(rctx) }()
 	go func() { defer background.Done(); poller.Run(rctx, time.Minute) }()
 	defer func() { stopRelay(); background.Wait() }()
-	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl})
+	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl, SessionKey: opts.sessionKey})
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -1,0 +1,146 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// The operator's actions, shared by the API and the console: each makes the
+// change, does the relay's follow-up, and writes the audit entry.
+
+// resetTarget names what a reset addresses, for the audit log; the second
+// result says how many fields were set.
+func resetTarget(r store.BindingReset) (string, int) {
+	var target string
+	n := 0
+	for _, f := range []struct{ name, v string }{{"binding", r.BindingID}, {"thread", r.ThreadID}, {"session", r.SessionID}, {"account", r.AccountID}} {
+		if f.v != "" {
+			target = f.name + ":" + f.v
+			n++
+		}
+	}
+	return target, n
+}
+
+// resetBindings deletes the bindings r names (exactly one of its fields),
+// tells the relay to forget the reset threads (continuity and lanes), and
+// audits the reset. It returns the bindings it reset.
+func (s *Server) resetBindings(c echo.Context, r store.BindingReset) ([]store.Binding, error) {
+	target, n := resetTarget(r)
+	if n != 1 {
+		return nil, &HTTPError{Status: 400, Code: "invalid_field", Field: "binding_id",
+			Msg: "give exactly one of binding_id, thread_id, session_id, account_id"}
+	}
+	reset, err := s.cfg.Store.ResetBindings(c.Request().Context(), r)
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.Relay.Forget(reset)
+	s.audit(c, "binding.reset", target, fmt.Sprintf("%d %s reset", len(reset), plural(len(reset), "binding", "bindings")))
+	return reset, nil
+}
+
+// pinBinding pins a raw session or thread to an account: a hard row that
+// wins over soft bindings until it is reset.
+func (s *Server) pinBinding(c echo.Context, kind store.BindingKind, raw, accountID string) (store.Binding, error) {
+	raw, accountID = strings.TrimSpace(raw), strings.TrimSpace(accountID)
+	field := "session_id"
+	if kind == store.BindRawThread {
+		field = "thread_id"
+	}
+	if raw == "" {
+		return store.Binding{}, badField(field, "required: the %s to pin", strings.TrimSuffix(field, "_id"))
+	}
+	if len(raw) > 500 {
+		return store.Binding{}, badField(field, "at most 500 characters")
+	}
+	if accountID == "" {
+		return store.Binding{}, badField("account_id", "required: the account to pin to")
+	}
+	ctx := c.Request().Context()
+	acc, err := s.cfg.Store.Account(ctx, accountID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Binding{}, badField("account_id", "no account %q", accountID)
+	}
+	if err != nil {
+		return store.Binding{}, err
+	}
+	b, err := s.cfg.Store.Pin(ctx, kind, raw, acc.ID, "pin")
+	if err != nil {
+		return store.Binding{}, err
+	}
+	s.audit(c, "binding.pin", strings.TrimSuffix(field, "_id")+":"+raw, "pinned to "+acc.Label+" ("+acc.ID+")")
+	return b, nil
+}
+
+// addAccount validates and stores a new account; action is account.create
+// or account.import.
+func (s *Server) addAccount(c echo.Context, f accountForm, action string) (store.Account, error) {
+	a, cred, err := f.newAccount()
+	if err != nil {
+		return store.Account{}, err
+	}
+	created, err := s.cfg.Store.CreateAccount(c.Request().Context(), a, cred)
+	if err != nil {
+		return store.Account{}, err
+	}
+	s.audit(c, action, "account:"+created.ID, created.Label+" ("+string(created.Kind)+")")
+	return created, nil
+}
+
+// setAccountPaused pauses an account (it serves nothing) or resumes it.
+func (s *Server) setAccountPaused(c echo.Context, id string, paused bool, reason string) (store.Account, error) {
+	st, action := store.StatusActive, "account.resume"
+	if paused {
+		st, action = store.StatusPaused, "account.pause"
+		if reason = strings.TrimSpace(reason); reason == "" {
+			reason = "paused by an operator"
+		}
+	} else {
+		reason = "resumed by an operator"
+	}
+	a, err := s.cfg.Store.SetAccountStatus(c.Request().Context(), id, st, reason, time.Time{})
+	if err != nil {
+		return store.Account{}, err
+	}
+	s.audit(c, action, "account:"+a.ID, a.Label+": "+reason)
+	return a, nil
+}
+
+// issueKey validates and creates a client key; the secret is in the second
+// result, to be shown once.
+func (s *Server) issueKey(c echo.Context, f keyForm) (store.ClientKey, string, error) {
+	k, err := s.newClientKey(c, f)
+	if err != nil {
+		return store.ClientKey{}, "", err
+	}
+	created, secret, err := s.cfg.Store.CreateClientKey(c.Request().Context(), k)
+	if err != nil {
+		return store.ClientKey{}, "", err
+	}
+	s.audit(c, "key.create", "key:"+created.ID, created.Name+" ("+created.Prefix+"…)")
+	return created, secret, nil
+}
+
+// revokeKeyByID revokes a client key: refused at once from then on.
+func (s *Server) revokeKeyByID(c echo.Context, id string) (store.ClientKey, error) {
+	k, err := s.cfg.Store.RevokeClientKey(c.Request().Context(), id)
+	if err != nil {
+		return store.ClientKey{}, err
+	}
+	s.audit(c, "key.revoke", "key:"+k.ID, k.Name)
+	return k, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

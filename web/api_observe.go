@@ -1,0 +1,137 @@
+package web
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// laneView is a live upstream lane as the API shows it.
+type laneView struct {
+	Kind      string    `json:"kind"` // direct or bridge
+	AccountID string    `json:"account_id"`
+	SessionID string    `json:"session_id"`
+	ThreadID  string    `json:"thread_id"`
+	ThreadKey string    `json:"thread_key"`
+	OpenedAt  time.Time `json:"opened_at"`
+	Requests  int64     `json:"requests"`
+}
+
+func viewLane(l relay.LaneInfo) laneView {
+	return laneView{Kind: l.Kind, AccountID: l.AccountID, SessionID: l.SessionID, ThreadID: l.ThreadID,
+		ThreadKey: l.ThreadKey, OpenedAt: l.OpenedAt.UTC(), Requests: l.Requests}
+}
+
+func (s *Server) listLanes(c echo.Context) error {
+	lanes := s.cfg.Relay.Lanes()
+	out := make([]laneView, len(lanes))
+	for i, l := range lanes {
+		out[i] = viewLane(l)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"lanes": out})
+}
+
+// attemptView is one attempt's diagnostic record as the API shows it.
+type attemptView struct {
+	ID            string    `json:"id"`
+	RequestID     string    `json:"request_id"`
+	Seq           int       `json:"seq"`
+	ThreadKey     string    `json:"thread_key"`
+	SessionID     string    `json:"session_id"`
+	ThreadID      string    `json:"thread_id"`
+	AccountID     string    `json:"account_id"`
+	FromAccountID string    `json:"from_account_id"`
+	Transport     string    `json:"transport"`
+	Class         string    `json:"class"`
+	Recovery      string    `json:"recovery"`
+	Action        string    `json:"action"`
+	Status        int       `json:"status"`
+	ErrorCode     string    `json:"error_code"`
+	Detail        string    `json:"detail"`
+	StartedAt     time.Time `json:"started_at"`
+	EndedAt       time.Time `json:"ended_at"`
+	DurationMS    int64     `json:"duration_ms"`
+	FirstEventMS  *int64    `json:"first_event_ms"`
+}
+
+func optMillis(d time.Duration) *int64 {
+	if d <= 0 {
+		return nil
+	}
+	v := d.Milliseconds()
+	return &v
+}
+
+func viewAttempt(a store.Attempt) attemptView {
+	return attemptView{ID: a.ID, RequestID: a.RequestID, Seq: a.Seq, ThreadKey: a.ThreadKey, SessionID: a.SessionID,
+		ThreadID: a.ThreadID, AccountID: a.AccountID, FromAccountID: a.FromAccountID, Transport: a.Transport,
+		Class: a.Class, Recovery: a.Recovery, Action: a.Action, Status: a.Status, ErrorCode: a.ErrorCode,
+		Detail: a.Detail, StartedAt: a.StartedAt, EndedAt: a.EndedAt, DurationMS: a.EndedAt.Sub(a.StartedAt).Milliseconds(),
+		FirstEventMS: optMillis(a.FirstEvent)}
+}
+
+func (s *Server) listDiagnostics(c echo.Context) error {
+	q, err := parseAttemptQuery(c)
+	if err != nil {
+		return err
+	}
+	rows, total, err := s.cfg.Store.Attempts(c.Request().Context(), q.filter())
+	if err != nil {
+		return err
+	}
+	out := make([]attemptView, len(rows))
+	for i, a := range rows {
+		out[i] = viewAttempt(a)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"attempts": out, "total": total})
+}
+
+// requestView is one request-log row as the API shows it.
+type requestView struct {
+	ID           string    `json:"id"`
+	ClientKeyID  string    `json:"client_key_id"`
+	ThreadKey    string    `json:"thread_key"`
+	SessionID    string    `json:"session_id"`
+	ThreadID     string    `json:"thread_id"`
+	AccountID    string    `json:"account_id"`
+	Transport    string    `json:"transport"`
+	Path         string    `json:"path"`
+	Model        string    `json:"model"`
+	Status       int       `json:"status"`
+	ErrorCode    string    `json:"error_code"`
+	Recovery     string    `json:"recovery"`
+	StartedAt    time.Time `json:"started_at"`
+	FirstEventMS *int64    `json:"first_event_ms"`
+	DurationMS   int64     `json:"duration_ms"`
+	InputTokens  int64     `json:"input_tokens"`
+	OutputTokens int64     `json:"output_tokens"`
+	CachedTokens int64     `json:"cached_tokens"`
+}
+
+func viewRequest(r store.RequestRecord) requestView {
+	return requestView{ID: r.ID, ClientKeyID: r.ClientKeyID, ThreadKey: r.ThreadKey, SessionID: r.SessionID,
+		ThreadID: r.ThreadID, AccountID: r.AccountID, Transport: r.Transport, Path: r.Path, Model: r.Model,
+		Status: r.Status, ErrorCode: r.ErrorCode, Recovery: r.Recovery, StartedAt: r.StartedAt,
+		FirstEventMS: optMillis(r.FirstEvent), DurationMS: r.Duration.Milliseconds(), InputTokens: r.InputTokens,
+		OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens}
+}
+
+func (s *Server) listRequests(c echo.Context) error {
+	q, err := parseRequestQuery(c)
+	if err != nil {
+		return err
+	}
+	rows, total, err := s.cfg.Store.Requests(c.Request().Context(), q.filter())
+	if err != nil {
+		return err
+	}
+	out := make([]requestView, len(rows))
+	for i, r := range rows {
+		out[i] = viewRequest(r)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"requests": out, "total": total})
+}

@@ -1,0 +1,56 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// audit records an admin action: the actor set by the auth middleware
+// ("admin" for the console, "api" for bearer clients), the client address,
+// the action, its target and a short detail. The action has happened by now,
+// so a failed write is logged rather than turned into a failed answer.
+func (s *Server) audit(c echo.Context, action, target, detail string) {
+	actor, _ := c.Get(actorKey).(string)
+	if actor == "" {
+		actor = actorAdmin // the login page: someone trying to become the admin
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), 5*time.Second)
+	defer cancel()
+	_, err := s.cfg.Store.RecordAudit(ctx, store.AuditEntry{Actor: actor, Address: c.RealIP(), Action: action,
+		Target: target, Detail: detail})
+	if err != nil {
+		s.log.Error("audit log write failed", "action", action, "target", target, "err", err)
+	}
+}
+
+// auditView is an audit entry as the API shows it.
+type auditView struct {
+	ID      string    `json:"id"`
+	At      time.Time `json:"at"`
+	Actor   string    `json:"actor"`
+	Address string    `json:"address"`
+	Action  string    `json:"action"`
+	Target  string    `json:"target"`
+	Detail  string    `json:"detail"`
+}
+
+func (s *Server) listAudit(c echo.Context) error {
+	q, err := parseAuditQuery(c)
+	if err != nil {
+		return err
+	}
+	entries, total, err := s.cfg.Store.AuditLog(c.Request().Context(), q.filter())
+	if err != nil {
+		return err
+	}
+	out := make([]auditView, len(entries))
+	for i, e := range entries {
+		out[i] = auditView{ID: e.ID, At: e.At, Actor: e.Actor, Address: e.Address, Action: e.Action, Target: e.Target, Detail: e.Detail}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"entries": out, "total": total})
+}

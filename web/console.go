@@ -1,0 +1,526 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/web/ui"
+)
+
+// frame builds the part every console page shares, and consumes the flash
+// message the previous action left.
+func (s *Server) frame(c echo.Context, nav, title string) ui.Frame {
+	sess, _ := c.Get(sessionKey).(session)
+	f := ui.Frame{Title: title, Nav: nav, CSRF: s.sessions.csrf(purposeSession, sess)}
+	if now, ok := c.Get(flashNowKey).(*ui.Flash); ok {
+		f.Flash = now
+	}
+	if ck, err := c.Cookie(flashCookie); err == nil {
+		if kind, text, ok := s.sessions.openFlash(ck.Value); ok && f.Flash == nil {
+			f.Flash = &ui.Flash{Kind: kind, Text: text}
+		}
+		s.clearCookie(c, flashCookie)
+	}
+	return f
+}
+
+// flashNowKey holds a message for the page this very answer renders (a form
+// shown again with its error), as a *ui.Flash.
+const flashNowKey = "codex_relay.flash"
+
+// flash leaves a one-time message for the next page; kind is ok or error.
+func (s *Server) flash(c echo.Context, kind, text string) {
+	s.setCookie(c, flashCookie, s.sessions.sealFlash(kind, text), flashTTL)
+}
+
+// names resolves account and client-key ids to what operators call them.
+type names struct {
+	accounts []store.Account
+	keys     []store.ClientKey
+	account  map[string]string
+	key      map[string]string
+}
+
+func (s *Server) names(ctx context.Context) (names, error) {
+	accounts, err := s.cfg.Store.Accounts(ctx)
+	if err != nil {
+		return names{}, err
+	}
+	keys, err := s.cfg.Store.ClientKeys(ctx)
+	if err != nil {
+		return names{}, err
+	}
+	n := names{accounts: accounts, keys: keys, account: map[string]string{}, key: map[string]string{}}
+	for _, a := range accounts {
+		n.account[a.ID] = a.Label
+	}
+	for _, k := range keys {
+		n.key[k.ID] = k.Name
+	}
+	return n, nil
+}
+
+func (n names) accountName(id string) string {
+	if id == "" {
+		return "—"
+	}
+	return firstNonEmpty(n.account[id], id)
+}
+
+func (n names) keyName(id string) string {
+	if id == "" {
+		return "keyless"
+	}
+	return firstNonEmpty(n.key[id], id)
+}
+
+func (n names) accountOptions(selected string) []ui.Option {
+	out := make([]ui.Option, len(n.accounts))
+	for i, a := range n.accounts {
+		out[i] = ui.Option{Value: a.ID, Label: a.Label, Selected: a.ID == selected}
+	}
+	return out
+}
+
+func (n names) keyOptions(selected string) []ui.Option {
+	out := make([]ui.Option, len(n.keys))
+	for i, k := range n.keys {
+		out[i] = ui.Option{Value: k.ID, Label: k.Name, Selected: k.ID == selected}
+	}
+	return out
+}
+
+func choices(selected string, values ...string) []ui.Option {
+	out := make([]ui.Option, len(values))
+	for i, v := range values {
+		out[i] = ui.Option{Value: v, Label: strings.ReplaceAll(v, "_", " "), Selected: v == selected}
+	}
+	return out
+}
+
+// pagerFor describes one page of a list at path with the filters v.
+func pagerFor(path string, v url.Values, p page, shown, total int) ui.Pager {
+	pg := ui.Pager{Total: total}
+	if shown > 0 {
+		pg.From, pg.To = p.Offset+1, p.Offset+shown
+	}
+	link := func(off int) string {
+		q := url.Values{}
+		for k, vs := range v {
+			q[k] = vs
+		}
+		if off > 0 {
+			q.Set("offset", strconv.Itoa(off))
+		}
+		if p.Limit != p.def {
+			q.Set("limit", strconv.Itoa(p.Limit))
+		}
+		if len(q) == 0 {
+			return path
+		}
+		return path + "?" + q.Encode()
+	}
+	if p.Offset > 0 {
+		pg.Prev = link(max(p.Offset-p.Limit, 0))
+	}
+	if p.Offset+shown < total {
+		pg.Next = link(p.Offset + shown)
+	}
+	return pg
+}
+
+func withQuery(path string, v url.Values) string {
+	if len(v) == 0 {
+		return path
+	}
+	return path + "?" + v.Encode()
+}
+
+func (s *Server) overviewPage(c echo.Context) error {
+	o, err := s.overview(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, ui.OverviewPage(s.frame(c, "overview", "Overview"), o))
+}
+
+// accountRows shows accounts with their usage, load and bindings.
+func (s *Server) accountRows(ctx context.Context, accounts []store.Account, now time.Time) ([]ui.AccountRow, error) {
+	lanes := map[string]int{}
+	for _, l := range s.cfg.Relay.Lanes() {
+		lanes[l.AccountID]++
+	}
+	rows := make([]ui.AccountRow, len(accounts))
+	for i, a := range accounts {
+		_, bound, err := s.cfg.Store.Bindings(ctx, store.BindingFilter{AccountID: a.ID, Limit: 1})
+		if err != nil {
+			return nil, err
+		}
+		r := ui.AccountRow{ID: a.ID, Label: a.Label, Kind: string(a.Kind), Organization: firstNonEmpty(a.Organization, "—"),
+			Email: a.Email, Plan: a.PlanType, BaseURL: a.BaseURL, Tags: strings.Join(a.Tags, ", "),
+			Status: strings.ReplaceAll(string(a.Status), "_", " "), Tone: statusTone(a.Status), Reason: a.StatusReason,
+			InFlight: s.cfg.Relay.InFlight(a.ID), Lanes: lanes[a.ID], Bindings: bound, Paused: a.Status == store.StatusPaused,
+			BindingsURL:    "/admin/bindings?" + url.Values{"account": {a.ID}}.Encode(),
+			RequestsURL:    "/admin/requests?" + url.Values{"account": {a.ID}}.Encode(),
+			DiagnosticsURL: "/admin/diagnostics?" + url.Values{"account": {a.ID}}.Encode()}
+		if !a.StatusUntil.IsZero() {
+			r.Until = "until " + stamp(a.StatusUntil) + " (" + until(now, a.StatusUntil) + ")"
+		}
+		for _, w := range []struct {
+			w        store.Window
+			fallback string
+		}{{a.Primary, "5h"}, {a.Secondary, "7d"}} {
+			if !w.w.Known {
+				continue
+			}
+			u := ui.Usage{Label: windowLabel(w.w.WindowMinutes, w.fallback), Percent: clampPct(w.w.UsedPercent),
+				Text: strconv.FormatFloat(w.w.UsedPercent, 'f', 0, 64) + "%", Tone: usedTone(w.w.UsedPercent)}
+			if !w.w.ResetAt.IsZero() {
+				u.Reset = "resets " + stamp(w.w.ResetAt)
+				u.Text += " · resets " + until(now, w.w.ResetAt)
+			}
+			r.Usage = append(r.Usage, u)
+		}
+		rows[i] = r
+	}
+	return rows, nil
+}
+
+func (s *Server) accountsPage(c echo.Context) error {
+	return s.renderAccounts(c, http.StatusOK, ui.AccountForm{})
+}
+
+func (s *Server) renderAccounts(c echo.Context, status int, form ui.AccountForm) error {
+	ctx := c.Request().Context()
+	accounts, err := s.cfg.Store.Accounts(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := s.accountRows(ctx, accounts, s.cfg.Now())
+	if err != nil {
+		return err
+	}
+	return s.render(c, status, ui.AccountsPage(s.frame(c, "accounts", "Accounts"), ui.Accounts{Accounts: rows, Form: form}))
+}
+
+func (s *Server) bindingsPage(c echo.Context) error {
+	ctx := c.Request().Context()
+	q, err := parseBindingQuery(c)
+	if err != nil {
+		return err
+	}
+	rows, total, err := s.cfg.Store.Bindings(ctx, q.filter())
+	if err != nil {
+		return err
+	}
+	n, err := s.names(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	v := q.values()
+	p := ui.Bindings{
+		Search: ui.BindingSearch{Session: q.Session, Thread: q.Thread, Accounts: n.accountOptions(q.Account),
+			Keys: n.keyOptions(q.ClientKey), Kinds: choices(string(q.Kind), "thread", "session", "raw_thread", "raw_session"),
+			Filtered: len(v) > 0},
+		Pager:    pagerFor("/admin/bindings", v, q.page, len(rows), total),
+		Return:   withQuery("/admin/bindings", v),
+		Accounts: n.accountOptions(""),
+	}
+	for _, b := range rows {
+		r := ui.BindingRow{ID: b.ID, Kind: strings.ReplaceAll(string(b.Kind), "_", " "), Strength: string(b.Strength),
+			Source: b.Source, Pin: isPin(b.Kind), AccountID: b.AccountID, Account: n.accountName(b.AccountID),
+			Session: b.SessionID, Thread: b.ThreadID, ClientKey: n.keyName(b.ClientScope),
+			Age: span(now.Sub(b.CreatedAt)), Created: "set " + stamp(b.CreatedAt), LastSeen: ago(now, b.LastSeenAt),
+			Expires: "never", Abandoned: b.AbandonedScope,
+			AccountURL: "/admin/bindings?" + url.Values{"account": {b.AccountID}}.Encode(),
+			SessionURL: "/admin/bindings?" + url.Values{"session": {b.SessionID}}.Encode(),
+			ThreadURL:  "/admin/bindings?" + url.Values{"thread": {b.ThreadID}}.Encode()}
+		if !b.ExpiresAt.IsZero() {
+			r.Expires = until(now, b.ExpiresAt)
+		}
+		if r.Pin {
+			r.ClientKey = "every client" // a pin holds whatever key the client uses
+		}
+		p.Rows = append(p.Rows, r)
+	}
+	return s.render(c, http.StatusOK, ui.BindingsPage(s.frame(c, "bindings", "Bindings"), p))
+}
+
+// lanesView lists this replica's live lanes.
+func (s *Server) lanesView(ctx context.Context) (ui.Lanes, error) {
+	n, err := s.names(ctx)
+	if err != nil {
+		return ui.Lanes{}, err
+	}
+	now := s.cfg.Now()
+	var p ui.Lanes
+	for _, l := range s.cfg.Relay.Lanes() {
+		p.Lanes = append(p.Lanes, ui.LaneRow{Kind: l.Kind, Account: n.accountName(l.AccountID), AccountID: l.AccountID,
+			Session: l.SessionID, Thread: l.ThreadID, Age: span(now.Sub(l.OpenedAt)), Opened: "opened " + stamp(l.OpenedAt),
+			Requests: l.Requests, URL: "/admin/bindings?" + url.Values{"thread": {l.ThreadID}}.Encode()})
+	}
+	return p, nil
+}
+
+func (s *Server) lanesPage(c echo.Context) error {
+	p, err := s.lanesView(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, ui.LanesPage(s.frame(c, "lanes", "Lanes"), p))
+}
+
+// attemptClasses and recoveries are the values diagnostics can be filtered by.
+var (
+	attemptClasses = []string{"ok", "usage_limit", "rate_limit", "quota", "auth", "billing", "forbidden", "server",
+		"transport", "stream_cut", "stall", "invalid", "previous_response_not_found", "ciphertext", "failed",
+		"cancelled", "conflict", "no_account"}
+	recoveries = []string{"failover", "reasoning_recovery", "account_mismatch", "owner_retired"}
+)
+
+// diagnosticsView groups a page of attempts into request timelines.
+func (s *Server) diagnosticsView(ctx context.Context, q attemptQuery) (ui.Diagnostics, error) {
+	rows, total, err := s.cfg.Store.Attempts(ctx, q.filter())
+	if err != nil {
+		return ui.Diagnostics{}, err
+	}
+	n, err := s.names(ctx)
+	if err != nil {
+		return ui.Diagnostics{}, err
+	}
+	now := s.cfg.Now()
+	v := q.values()
+	p := ui.Diagnostics{
+		Filter: ui.DiagnosticsFilter{Request: q.Request, Thread: q.Thread, Classes: choices(q.Class, attemptClasses...),
+			Recoveries: choices(q.Recovery, recoveries...), Accounts: n.accountOptions(q.Account)},
+		Pager: pagerFor("/admin/diagnostics", v, q.page, len(rows), total),
+	}
+	if q.Offset == 0 {
+		p.LiveURL = withQuery("/admin/live/diagnostics", v)
+	}
+	groups := map[string][]store.Attempt{}
+	var order []string
+	for _, a := range rows {
+		if _, ok := groups[a.RequestID]; !ok {
+			order = append(order, a.RequestID)
+		}
+		groups[a.RequestID] = append(groups[a.RequestID], a)
+	}
+	for _, id := range order {
+		as := groups[id]
+		sort.Slice(as, func(i, j int) bool { return as[i].Seq < as[j].Seq })
+		start, end := as[0].StartedAt, as[0].EndedAt
+		for _, a := range as {
+			if a.StartedAt.Before(start) {
+				start = a.StartedAt
+			}
+			if a.EndedAt.After(end) {
+				end = a.EndedAt
+			}
+		}
+		total := max(end.Sub(start), time.Millisecond)
+		last := as[len(as)-1]
+		t := ui.Timeline{RequestID: id, Thread: last.ThreadID, Session: last.SessionID,
+			Started: clock(now, start), Total: span(end.Sub(start)) + ", " + strconv.Itoa(len(as)) + " " + plural(len(as), "attempt", "attempts"),
+			Outcome: strings.ReplaceAll(last.Class, "_", " "), Tone: classTone(last.Class),
+			URL: "/admin/diagnostics?" + url.Values{"request": {id}}.Encode()}
+		for _, a := range as {
+			r := ui.AttemptRow{Seq: a.Seq, Account: n.accountName(a.AccountID), Class: a.Class, Tone: classTone(a.Class),
+				Recovery: a.Recovery, Action: strings.ReplaceAll(a.Action, "_", " "), ErrorCode: a.ErrorCode, Detail: a.Detail,
+				Duration: span(a.EndedAt.Sub(a.StartedAt)), Started: stamp(a.StartedAt),
+				BarX: int(a.StartedAt.Sub(start) * 100 / total)}
+			r.BarW = max(int(a.EndedAt.Sub(a.StartedAt)*100/total), 2)
+			r.BarX = min(r.BarX, 100-r.BarW)
+			if a.FromAccountID != "" {
+				r.From = n.accountName(a.FromAccountID)
+			}
+			if a.Status != 0 {
+				r.Status = strconv.Itoa(a.Status)
+			}
+			if a.FirstEvent > 0 {
+				r.FirstEvent = span(a.FirstEvent)
+			}
+			t.Attempts = append(t.Attempts, r)
+		}
+		p.Requests = append(p.Requests, t)
+	}
+	return p, nil
+}
+
+func (s *Server) diagnosticsPage(c echo.Context) error {
+	q, err := parseAttemptQuery(c)
+	if err != nil {
+		return err
+	}
+	p, err := s.diagnosticsView(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, ui.DiagnosticsPage(s.frame(c, "diagnostics", "Diagnostics"), p))
+}
+
+func (s *Server) requestsPage(c echo.Context) error {
+	ctx := c.Request().Context()
+	q, err := parseRequestQuery(c)
+	if err != nil {
+		return err
+	}
+	rows, total, err := s.cfg.Store.Requests(ctx, q.filter())
+	if err != nil {
+		return err
+	}
+	n, err := s.names(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	p := ui.Requests{
+		Filter: ui.RequestFilter{Thread: q.Thread, Session: q.Session, Accounts: n.accountOptions(q.Account),
+			Keys: n.keyOptions(q.ClientKey), Transports: choices(q.Transport, "http", "ws")},
+		Pager: pagerFor("/admin/requests", q.values(), q.page, len(rows), total),
+	}
+	for _, r := range rows {
+		row := ui.RequestRow{ID: r.ID, Started: clock(now, r.StartedAt), StartedFull: stamp(r.StartedAt) + " · " + r.ID,
+			Transport: r.Transport, Path: r.Path, Model: r.Model, Account: n.accountName(r.AccountID), AccountID: r.AccountID,
+			Thread: r.ThreadID, Session: r.SessionID, ClientKey: n.keyName(r.ClientKeyID), Status: strconv.Itoa(r.Status),
+			Tone: httpTone(r.Status), ErrorCode: r.ErrorCode, Recovery: r.Recovery, Duration: span(r.Duration),
+			Tokens:         strconv.FormatInt(r.InputTokens, 10) + " / " + strconv.FormatInt(r.OutputTokens, 10) + " / " + strconv.FormatInt(r.CachedTokens, 10),
+			DiagnosticsURL: "/admin/diagnostics?" + url.Values{"request": {r.ID}}.Encode(),
+			ThreadURL:      "/admin/requests?" + url.Values{"thread": {r.ThreadID}}.Encode()}
+		if r.FirstEvent > 0 {
+			row.FirstEvent = span(r.FirstEvent)
+		}
+		p.Rows = append(p.Rows, row)
+	}
+	return s.render(c, http.StatusOK, ui.RequestsPage(s.frame(c, "requests", "Request log"), p))
+}
+
+func (s *Server) keysPage(c echo.Context) error {
+	return s.renderKeys(c, http.StatusOK, nil, ui.KeyForm{})
+}
+
+// renderKeys shows the keys page; created, when set, is a key just made,
+// whose secret this answer shows once.
+func (s *Server) renderKeys(c echo.Context, status int, created *ui.CreatedKey, form ui.KeyForm) error {
+	ctx := c.Request().Context()
+	n, err := s.names(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	p := ui.Keys{Created: created, Form: form, Accounts: n.accountOptions("")}
+	for _, k := range n.keys {
+		r := ui.KeyRow{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Scope: "all accounts", Models: "all",
+			Expires: "never", Created: stamp(k.CreatedAt), LastUsed: ago(now, k.LastUsedAt), Requests: k.RequestCount,
+			State: "active", Tone: "ok", Revoked: !k.RevokedAt.IsZero(),
+			RequestsURL: "/admin/requests?" + url.Values{"client_key": {k.ID}}.Encode(),
+			BindingsURL: "/admin/bindings?" + url.Values{"client_key": {k.ID}}.Encode()}
+		switch {
+		case len(k.ScopeAccounts) > 0:
+			labels := make([]string, len(k.ScopeAccounts))
+			for i, id := range k.ScopeAccounts {
+				labels[i] = n.accountName(id)
+			}
+			r.Scope = strings.Join(labels, ", ")
+		case k.ScopeTag != "":
+			r.Scope = "accounts tagged " + k.ScopeTag
+		}
+		if len(k.Models) > 0 {
+			r.Models = strings.Join(k.Models, ", ")
+		}
+		if !k.ExpiresAt.IsZero() {
+			r.Expires = until(now, k.ExpiresAt)
+		}
+		switch {
+		case r.Revoked:
+			r.State, r.Tone = "revoked", "bad"
+		case !k.ExpiresAt.IsZero() && !k.ExpiresAt.After(now):
+			r.State, r.Tone = "expired", "warn"
+		}
+		p.Keys = append(p.Keys, r)
+	}
+	if created != nil {
+		c.Response().Header().Set("Cache-Control", "no-store")
+	}
+	return s.render(c, status, ui.KeysPage(s.frame(c, "keys", "Client keys"), p))
+}
+
+func (s *Server) settingsPage(c echo.Context) error {
+	ctx := c.Request().Context()
+	st := s.cfg.Store
+	cur, latest, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := s.names(ctx)
+	if err != nil {
+		return err
+	}
+	cookie := "no (this request came over plain HTTP)"
+	if secure(c) {
+		cookie = "yes (this request came over TLS)"
+	}
+	p := ui.Settings{Groups: []ui.SettingGroup{
+		{Title: "Database", Items: []ui.Setting{
+			{Name: "Location", Value: st.Location().String(), Note: "CODEX_RELAY_DATABASE_URL (password never shown)"},
+			{Name: "Kind", Value: string(st.Dialect()), Note: "SQLite for one process; PostgreSQL for several replicas"},
+			{Name: "Schema version", Value: strconv.FormatInt(cur, 10) + " of " + strconv.FormatInt(latest, 10), Note: "migrations are applied at start, under a lock"},
+		}},
+		{Title: "Pool", Items: []ui.Setting{
+			{Name: "Accounts", Value: strconv.Itoa(len(n.accounts)), Note: "manage them on the Accounts page or with /api/v1/accounts"},
+			{Name: "Client keys", Value: strconv.Itoa(len(n.keys)), Note: "with none, only loopback clients are served"},
+			{Name: "Client routes", Value: "/backend-api/codex/*, /v1/*", Note: "Codex's Responses API, HTTP/SSE and WebSocket"},
+		}},
+		{Title: "Console and admin API", Items: []ui.Setting{
+			{Name: "Admin API", Value: "/api/v1", Note: "Authorization: Bearer <CODEX_RELAY_ADMIN_TOKEN>; document at /api/v1/openapi.json"},
+			{Name: "Session lifetime", Value: span(sessionTTL), Note: "signed HttpOnly SameSite=Strict cookie; a new admin token ends every session"},
+			{Name: "Secure cookies", Value: cookie, Note: "Secure is set whenever the console is served over TLS"},
+			{Name: "Login rate limit", Value: strconv.Itoa(loginBurst) + " attempts, then 1 per " + span(loginRefill), Note: "per client address"},
+			{Name: "Live updates", Value: "every " + span(s.cfg.LiveInterval), Note: "overview, lanes and diagnostics, over SSE"},
+		}},
+		{Title: "This replica", Items: []ui.Setting{
+			{Name: "Live lanes", Value: strconv.Itoa(len(s.cfg.Relay.Lanes()))},
+			{Name: "Go", Value: runtime.Version()},
+		}},
+	}}
+	return s.render(c, http.StatusOK, ui.SettingsPage(s.frame(c, "settings", "Settings"), p))
+}
+
+// auditActions are the actions the audit log records, for its filter.
+var auditActions = []string{"login", "login.failed", "logout", "binding.reset", "binding.pin", "account.create",
+	"account.import", "account.update", "account.delete", "account.pause", "account.resume", "key.create", "key.revoke"}
+
+func (s *Server) auditPage(c echo.Context) error {
+	q, err := parseAuditQuery(c)
+	if err != nil {
+		return err
+	}
+	entries, total, err := s.cfg.Store.AuditLog(c.Request().Context(), q.filter())
+	if err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	actions := make([]ui.Option, len(auditActions))
+	for i, a := range auditActions {
+		actions[i] = ui.Option{Value: a, Label: a, Selected: a == q.Action}
+	}
+	p := ui.Audit{
+		Filter: ui.AuditFilter{Target: q.Target, Actors: choices(q.Actor, actorAdmin, actorAPI), Actions: actions},
+		Pager:  pagerFor("/admin/audit", q.values(), q.page, len(entries), total),
+	}
+	for _, e := range entries {
+		p.Rows = append(p.Rows, ui.AuditRow{At: clock(now, e.At), AtFull: stamp(e.At), Actor: e.Actor, Address: e.Address,
+			Action: e.Action, Target: e.Target, Detail: e.Detail, Tone: auditTone(e.Action)})
+	}
+	return s.render(c, http.StatusOK, ui.AuditPage(s.frame(c, "audit", "Audit log"), p))
+}

@@ -1,0 +1,226 @@
+// The admin console in a real browser: headless Chromium driven by
+// playwright-core. Started by web/console_e2e_test.go, which runs a real
+// Codex turn through the relay first (so THREAD_ID has a binding) and checks
+// the store and the next Codex turn afterwards.
+//
+// Environment: RELAY_URL (the console's origin, on loopback), ADMIN_TOKEN,
+// THREAD_ID, CHROMIUM (the browser binary), OUT_DIR (screenshots).
+// Exit status 0 when every step passed; each step is logged.
+
+import { chromium } from "playwright-core";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+
+const base = must("RELAY_URL");
+const token = must("ADMIN_TOKEN");
+const thread = must("THREAD_ID");
+const executablePath = must("CHROMIUM");
+const outDir = must("OUT_DIR");
+
+function must(name) {
+  const v = process.env[name];
+  if (!v) {
+    console.error(`console.mjs: ${name} is not set`);
+    process.exit(2);
+  }
+  return v;
+}
+
+function step(msg) {
+  console.log(`step: ${msg}`);
+}
+
+function check(cond, msg) {
+  if (!cond) throw new Error(`check failed: ${msg}`);
+}
+
+const widths = [
+  { name: "1280", width: 1280, height: 800 },
+  { name: "390", width: 390, height: 844 },
+];
+
+fs.mkdirSync(outDir, { recursive: true });
+const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "codex-relay-chromium-"));
+// Nothing may leave loopback: no DNS outside it, no background services.
+const context = await chromium.launchPersistentContext(userDataDir, {
+  executablePath,
+  headless: true,
+  args: [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+  ],
+  viewport: widths[0],
+});
+const offsite = [];
+context.on("request", (req) => {
+  const u = new URL(req.url());
+  if (u.protocol !== "data:" && u.hostname !== "127.0.0.1") offsite.push(req.url());
+});
+
+let failed = false;
+const page = context.pages()[0] ?? (await context.newPage());
+const consoleErrors = [];
+// Script errors and CSP violations count; refused requests are the test's
+// own doing, but a stylesheet, script or icon that fails to load counts.
+page.on("console", (m) => {
+  if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) consoleErrors.push(m.text());
+});
+page.on("response", (r) => {
+  const type = r.request().resourceType();
+  if (["stylesheet", "script", "image", "font"].includes(type) && r.status() >= 400) {
+    consoleErrors.push(`${type} ${r.url()} answered ${r.status()}`);
+  }
+});
+page.on("pageerror", (e) => consoleErrors.push(String(e)));
+page.on("dialog", (d) => d.accept()); // data-confirm prompts
+
+// shoot captures the page at each width, its folded forms open so they are
+// seen too.
+async function shoot(name) {
+  await page.evaluate(() => document.querySelectorAll("details").forEach((d) => (d.open = true)));
+  for (const w of widths) {
+    await page.setViewportSize({ width: w.width, height: w.height });
+    const file = path.join(outDir, `${name}-${w.name}.png`);
+    await page.screenshot({ path: file, fullPage: true });
+    // At 390 px nothing may be wider than the screen but scroll boxes.
+    if (w.width === 390) {
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      check(overflow <= 1, `${name} at 390 px is ${overflow}px wider than the screen`);
+    }
+  }
+  await page.setViewportSize(widths[0]);
+}
+
+try {
+  step("an anonymous visit to the Bindings page is sent to the login page");
+  await page.goto(`${base}/admin/bindings?thread=${encodeURIComponent(thread)}`);
+  check(new URL(page.url()).pathname === "/admin/login", `expected the login page, got ${page.url()}`);
+  await shoot("login");
+
+  step("a wrong token is refused");
+  await page.fill("#token", "not-the-token");
+  await Promise.all([page.waitForLoadState("load"), page.click("form.login button")]);
+  check((await page.textContent("body")).includes("not the admin token"), "the login page says the token is wrong");
+
+  step("log in with the admin token");
+  await page.fill("#token", token);
+  await Promise.all([page.waitForURL(/\/admin\/bindings/), page.click("form.login button")]);
+  check(new URL(page.url()).searchParams.get("thread") === thread, "back on the page first asked for");
+
+  step("the thread's binding from the real Codex turn is on the Bindings page");
+  const row = page.locator(`tr[data-thread="${thread}"]`);
+  check((await row.count()) === 1, `one binding row for thread ${thread}, found ${await row.count()}`);
+  const bindingID = await row.getAttribute("data-binding-id");
+  const rowText = await row.textContent();
+  check(rowText.includes("thread") && rowText.includes("soft"), `the row shows kind and strength: ${rowText}`);
+  await shoot("bindings");
+
+  step("a form post without the CSRF token is refused");
+  const refused = await page.evaluate(async (t) => {
+    const form = document.createElement("form");
+    form.method = "post";
+    form.action = "/admin/bindings/reset";
+    for (const [k, v] of [["by", "thread"], ["value", t], ["return", "/admin/bindings"]]) {
+      const i = document.createElement("input");
+      i.type = "hidden";
+      i.name = k;
+      i.value = v;
+      form.appendChild(i);
+    }
+    document.body.appendChild(form);
+    const r = await fetch(form.action, { method: "POST", body: new URLSearchParams(new FormData(form)) });
+    return { status: r.status, text: await r.text() };
+  }, thread);
+  check(refused.status === 403, `a post without _csrf answered ${refused.status}`);
+  check(refused.text.includes("CSRF"), "the refusal says why");
+  const [nav] = await Promise.all([
+    page.waitForNavigation(),
+    page.evaluate(() => document.querySelector("body > form[action='/admin/bindings/reset']").submit()),
+  ]);
+  check(nav.status() === 403, `a submitted form without _csrf answered ${nav.status()}`);
+  await shoot("csrf-refused");
+  await page.goto(`${base}/admin/bindings?thread=${encodeURIComponent(thread)}`);
+  check((await page.locator(`tr[data-binding-id="${bindingID}"]`).count()) === 1, "the refused post reset nothing");
+
+  step("reset the binding from the Bindings page");
+  await Promise.all([
+    page.waitForURL(/\/admin\/bindings/),
+    page.click(`tr[data-binding-id="${bindingID}"] button[data-reset="binding"]`),
+  ]);
+  const flash = await page.textContent(".flash");
+  check(flash.includes(`Reset binding ${bindingID}`), `the page says what was reset: ${flash}`);
+  check((await page.locator(`tr[data-thread="${thread}"]`).count()) === 0, "the binding is gone");
+  check(await page.isVisible("#no-bindings"), "the page says no binding matches");
+  await shoot("bindings-after-reset");
+
+  step("pin a session to an account from the Bindings page");
+  await page.goto(`${base}/admin/bindings`);
+  await page.click("summary:has-text('Pin a session or thread')");
+  await page.selectOption("form[action='/admin/bindings/pin'] select[name=kind]", "session");
+  await page.fill("form[action='/admin/bindings/pin'] input[name=value]", "e2e-pinned-session");
+  await Promise.all([page.waitForURL(/\/admin\/bindings/), page.click("form[action='/admin/bindings/pin'] button")]);
+  check((await page.textContent(".flash")).includes("Pinned session e2e-pinned-session"), "the page says what was pinned");
+  const pinned = page.locator("tr.pinned");
+  check((await pinned.count()) === 1, "the pin is shown as a pin");
+  check((await pinned.textContent()).includes("raw session"), "the pin names its kind");
+  await shoot("bindings-all");
+
+  step("the reset is in the audit log");
+  await page.goto(`${base}/admin/audit`);
+  const entry = page.locator(`tr[data-action="binding.reset"]`).first();
+  const entryText = await entry.textContent();
+  check(entryText.includes(`binding:${bindingID}`), `the audit entry names the binding: ${entryText}`);
+  check(entryText.includes("admin") && entryText.includes("127.0.0.1"), `the audit entry names who: ${entryText}`);
+  check((await page.locator(`tr[data-action="login"]`).count()) >= 1, "the login is audited");
+  check((await page.locator(`tr[data-action="login.failed"]`).count()) >= 1, "the failed login is audited");
+  await shoot("audit");
+
+  step("the overview updates live over SSE");
+  await page.goto(`${base}/admin/`);
+  await page.waitForSelector("#live-overview[data-updated]", { timeout: 10000 });
+  check((await page.textContent("#live-overview")).includes("Accounts available"), "the live region holds the overview");
+  await shoot("overview");
+
+  for (const [name, p, want] of [
+    ["accounts", "/admin/accounts", "Add an API-key account"],
+    ["lanes", "/admin/lanes", "Lanes"],
+    ["diagnostics", "/admin/diagnostics", "usage_limit"],
+    ["requests", "/admin/requests", "/backend-api/codex/responses"],
+    ["keys", "/admin/keys", "Create a client key"],
+    ["settings", "/admin/settings", "Schema version"],
+  ]) {
+    step(`the ${name} page`);
+    const resp = await page.goto(base + p);
+    check(resp.status() === 200, `${p} answered ${resp.status()}`);
+    check((await page.textContent("main")).includes(want), `${p} shows "${want}"`);
+    await shoot(name);
+  }
+
+  step("log out");
+  await Promise.all([page.waitForURL(/\/admin\/login/), page.click("form.logout button")]);
+  await page.goto(`${base}/admin/`);
+  check(new URL(page.url()).pathname === "/admin/login", "after logging out the console asks for the token again");
+
+  check(consoleErrors.length === 0, `the pages logged errors: ${consoleErrors.join(" | ")}`);
+  check(offsite.length === 0, `requests left loopback: ${offsite.join(", ")}`);
+  console.log(JSON.stringify({ ok: true, reset_binding: bindingID }));
+} catch (err) {
+  failed = true;
+  console.error(String(err && err.stack ? err.stack : err));
+  try {
+    await page.screenshot({ path: path.join(outDir, "failure.png"), fullPage: true });
+    console.error(`at ${page.url()}; screenshot in ${path.join(outDir, "failure.png")}`);
+  } catch {}
+} finally {
+  await context.close();
+  fs.rmSync(userDataDir, { recursive: true, force: true });
+}
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,90 @@
+package web
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/web/ui"
+)
+
+func TestBuildOverview(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	accounts := []store.Account{
+		{ID: "acc_a", Label: "alpha", Status: store.StatusActive},
+		{ID: "acc_b", Label: "beta", Status: store.StatusRateLimited},
+		{ID: "acc_c", Label: "gamma", Status: store.StatusPaused},
+	}
+	rows := []ui.AccountRow{{ID: "acc_a", InFlight: 2}, {ID: "acc_b", InFlight: 1}}
+	req := func(thread, account string, ago time.Duration, status int) store.RequestRecord {
+		return store.RequestRecord{ThreadID: thread, AccountID: account, StartedAt: now.Add(-ago), Status: status}
+	}
+	tr := traffic{
+		requests: []store.RequestRecord{
+			req("t1", "acc_a", 10*time.Second, 200),
+			req("t1", "acc_b", 30*time.Second, 200),
+			req("t1", "acc_a", 90*time.Second, 429),
+			req("t2", "acc_a", 59*time.Minute, 200),
+			req("t3", "acc_a", 61*time.Minute, 200), // outside the window
+			req("", "acc_a", 5*time.Minute, 200),
+		},
+		attempts: []store.Attempt{
+			{ThreadID: "t1", AccountID: "acc_a", FromAccountID: "acc_b", Class: "ok", StartedAt: now.Add(-10 * time.Second)},
+			{ThreadID: "t1", AccountID: "acc_b", Class: "usage_limit", StartedAt: now.Add(-11 * time.Second)},
+			{ThreadID: "t1", AccountID: "acc_a", Class: "usage_limit", StartedAt: now.Add(-90 * time.Second)},
+			{ThreadID: "t2", AccountID: "acc_a", Class: "transport", StartedAt: now.Add(-59 * time.Minute)},
+			{ThreadID: "t3", AccountID: "acc_a", Class: "server", StartedAt: now.Add(-2 * time.Hour)}, // outside
+		},
+	}
+	lanes := []relay.LaneInfo{{AccountID: "acc_a"}}
+	o := buildOverview(now, accounts, rows, lanes, tr, 12, 2)
+
+	cards := map[string]ui.Card{}
+	for _, c := range o.Cards {
+		cards[c.Label] = c
+	}
+	assert.Equal(t, "1 / 3", cards["Accounts available"].Value)
+	assert.Equal(t, "warn", cards["Accounts available"].Tone)
+	assert.Equal(t, "1 limited, 1 other", cards["Accounts available"].Note)
+	assert.Equal(t, "5", cards["Requests"].Value, "the request an hour and a minute ago is outside the window")
+	assert.Contains(t, cards["Requests"].Note, "1 failed")
+	assert.Equal(t, "1", cards["Switches"].Value)
+	assert.Equal(t, "3", cards["Failed attempts"].Value)
+	assert.Equal(t, "bad", cards["Failed attempts"].Tone, "one request in five failed")
+	assert.Equal(t, "3", cards["In flight"].Value)
+	assert.Equal(t, "1", cards["Live lanes"].Value)
+	assert.Equal(t, "12", cards["Bindings"].Value)
+	assert.Equal(t, "2 pins", cards["Bindings"].Note)
+
+	require.Len(t, o.Traffic.Bars, 60)
+	last := o.Traffic.Bars[59]
+	assert.Equal(t, "0 min ago: 2 (1 switched)", last.Title, "the newest minute: two requests, one switch")
+	assert.Equal(t, 0, last.Y, "the tallest bar reaches the top")
+	assert.Greater(t, last.H2, 0)
+	assert.Equal(t, "1 min ago: 1", o.Traffic.Bars[58].Title)
+	assert.Equal(t, "59 min ago: 1", o.Traffic.Bars[0].Title)
+	assert.Equal(t, "2", o.Traffic.Max)
+	assert.Equal(t, "bad", o.Errors.Tone)
+
+	require.Len(t, o.Classes, 2)
+	assert.Equal(t, ui.ClassCount{Class: "usage_limit", Count: 2, Width: 100, Tone: "warn", URL: "/admin/diagnostics?class=usage_limit"}, o.Classes[0])
+	assert.Equal(t, 50, o.Classes[1].Width)
+
+	require.Len(t, o.Threads, 2, "threads of the window; requests without a thread are left out")
+	assert.Equal(t, "t1", o.Threads[0].Thread)
+	assert.Equal(t, 3, o.Threads[0].Requests)
+	assert.Equal(t, 1, o.Threads[0].Switches)
+	assert.Equal(t, 1, o.Threads[0].Errors)
+	assert.Equal(t, "alpha", o.Threads[0].Account, "the account of its latest request")
+	assert.Equal(t, "10 s ago", o.Threads[0].LastSeen)
+	assert.Empty(t, o.Sampled)
+
+	o = buildOverview(now, nil, nil, nil, traffic{capped: true}, 0, 0)
+	assert.Equal(t, "bad", o.Cards[0].Tone, "no account: the pool is down")
+	assert.NotEmpty(t, o.Sampled)
+	assert.Empty(t, o.Threads)
+}

@@ -1,0 +1,287 @@
+// Package ui holds the admin console's templ components and the view models
+// they render. Handlers in package web build the view models from the store
+// and the relay; components only lay them out. Every value a component shows
+// is escaped by templ; components never see store types.
+package ui
+
+// Frame is what every console page shares: its title, the active entry of
+// the navigation, the session's CSRF token for its forms, and a one-time
+// message from the previous action.
+type Frame struct {
+	Title string
+	Nav   string
+	CSRF  string
+	Flash *Flash
+}
+
+// Flash is a one-time message; Kind is "ok" or "error".
+type Flash struct {
+	Kind, Text string
+}
+
+// Pager describes one page of a list: rows From to To of Total, and the
+// links to the pages around it ("" when there is none).
+type Pager struct {
+	From, To, Total int
+	Prev, Next      string
+}
+
+// Option is one choice of a select.
+type Option struct {
+	Value, Label string
+	Selected     bool
+}
+
+// Login is the login page.
+type Login struct {
+	CSRF  string
+	Next  string
+	Error string
+}
+
+// ErrorView is a console error page: Message is safe to show.
+type ErrorView struct {
+	Status  int
+	Title   string
+	Message string
+}
+
+// Overview is the pool at a glance over a recent window.
+type Overview struct {
+	Window    string // e.g. "last 60 min"
+	Sampled   string // a note when the window's records were capped
+	UpdatedAt string
+	Cards     []Card
+	Traffic   Chart // requests per minute, switches overlaid
+	Errors    Chart // errors per minute
+	Classes   []ClassCount
+	Threads   []ThreadRow
+	Accounts  []AccountRow
+}
+
+// Card is one headline number. Tone is "", "ok", "warn" or "bad".
+type Card struct {
+	Label, Value, Note, Tone string
+}
+
+// Chart is a small bar chart drawn as inline SVG; the geometry is computed
+// by the handler, in SVG user units.
+type Chart struct {
+	Title, Tone   string
+	Width, Height int
+	Bars          []Bar
+	Max           string // the value of the tallest bar, for the axis label
+	From, To      string // labels of the first and last bar
+	Legend        []Legend
+}
+
+// Bar is one column of a chart, with an optional overlay (H2 > 0) drawn
+// over its base.
+type Bar struct {
+	X, W, Y, H, Y2, H2 int
+	Title              string
+}
+
+// Legend names a series of a chart and its tone.
+type Legend struct {
+	Label, Tone string
+}
+
+// ClassCount is how many attempts ended in one class; Width is its bar in
+// percent of the largest.
+type ClassCount struct {
+	Class, Tone, URL string
+	Count, Width     int
+}
+
+// ThreadRow is one busy thread of the overview.
+type ThreadRow struct {
+	Thread, Session, Account, LastSeen, URL string
+	Requests, Switches, Errors              int
+}
+
+// AccountRow is one account: state, usage and load.
+type AccountRow struct {
+	ID, Label, Kind, Organization, Email, Plan, BaseURL, Tags string
+	Status, Tone, Reason, Until                               string
+	Usage                                                     []Usage
+	InFlight, Lanes, Bindings                                 int
+	Paused                                                    bool
+	BindingsURL, RequestsURL, DiagnosticsURL                  string
+}
+
+// Usage is one usage window of an account: Percent used (0-100, drawn as a
+// bar), and when it resets.
+type Usage struct {
+	Label, Text, Reset, Tone string
+	Percent                  int
+}
+
+// Accounts lists the accounts and the forms to add one.
+type Accounts struct {
+	Accounts []AccountRow
+	Form     AccountForm
+}
+
+// AccountForm holds what an operator typed into the add form, to show it
+// again after an error. It never holds credentials.
+type AccountForm struct {
+	Kind, Label, BaseURL, Organization, AccountID, Email, Tags string
+}
+
+// Bindings is the binding search, its results and the reset and pin
+// forms.
+type Bindings struct {
+	Search   BindingSearch
+	Rows     []BindingRow
+	Pager    Pager
+	Return   string // this page's URL, where the forms come back to
+	Accounts []Option
+}
+
+// BindingSearch is the search form's state and choices.
+type BindingSearch struct {
+	Session, Thread string
+	Accounts        []Option
+	Keys            []Option
+	Kinds           []Option
+	Filtered        bool
+}
+
+// BindingRow is one binding.
+type BindingRow struct {
+	ID, Kind, Strength, Source        string
+	Pin                               bool
+	AccountID, Account                string
+	Session, Thread, ClientKey        string
+	Age, Created, LastSeen, Expires   string
+	Abandoned                         string
+	SessionURL, ThreadURL, AccountURL string
+}
+
+// Lanes lists the live lanes of this replica.
+type Lanes struct {
+	Lanes []LaneRow
+}
+
+// LaneRow is one live upstream lane.
+type LaneRow struct {
+	Kind, Account, AccountID, Session, Thread, Age, Opened, URL string
+	Requests                                                    int64
+}
+
+// Diagnostics shows attempt timelines grouped by request.
+type Diagnostics struct {
+	Filter   DiagnosticsFilter
+	Requests []Timeline
+	Pager    Pager
+	LiveURL  string
+}
+
+// DiagnosticsFilter is the filter form's state and choices.
+type DiagnosticsFilter struct {
+	Request, Thread string
+	Classes         []Option
+	Recoveries      []Option
+	Accounts        []Option
+}
+
+// Timeline is one request's attempts, first to last.
+type Timeline struct {
+	RequestID, Thread, Session, Started, Total, Outcome, Tone, URL string
+	Attempts                                                       []AttemptRow
+}
+
+// AttemptRow is one attempt on one account; BarX and BarW place it on the
+// request's timeline, in percent.
+type AttemptRow struct {
+	Seq                                  int
+	Account, From, Class, Tone, Recovery string
+	Action, Status, ErrorCode, Detail    string
+	Duration, FirstEvent, Started        string
+	BarX, BarW                           int
+}
+
+// Requests is the request log with its filters.
+type Requests struct {
+	Filter RequestFilter
+	Rows   []RequestRow
+	Pager  Pager
+}
+
+// RequestFilter is the filter form's state and choices.
+type RequestFilter struct {
+	Thread, Session string
+	Accounts        []Option
+	Keys            []Option
+	Transports      []Option
+}
+
+// RequestRow is one request of the log.
+type RequestRow struct {
+	ID, Started, StartedFull, Transport, Path, Model, Account, AccountID string
+	Thread, Session, ClientKey, Status, Tone, ErrorCode, Recovery        string
+	FirstEvent, Duration, Tokens, DiagnosticsURL, ThreadURL              string
+}
+
+// Keys lists client keys and the form to create one. Created is set
+// only in the answer to the creation, which shows the secret once.
+type Keys struct {
+	Keys     []KeyRow
+	Created  *CreatedKey
+	Form     KeyForm
+	Accounts []Option
+}
+
+// CreatedKey is a key just created, with its secret.
+type CreatedKey struct {
+	Name, Secret string
+}
+
+// KeyForm holds what an operator typed into the create form.
+type KeyForm struct {
+	Name, Tag, Models, ExpiresIn string
+}
+
+// KeyRow is one client key.
+type KeyRow struct {
+	ID, Name, Prefix, Scope, Models, Expires, Created, LastUsed, State, Tone string
+	Requests                                                                 int64
+	Revoked                                                                  bool
+	RequestsURL, BindingsURL                                                 string
+}
+
+// Settings is a read-only view of the configuration.
+type Settings struct {
+	Groups []SettingGroup
+}
+
+// SettingGroup is a titled list of settings.
+type SettingGroup struct {
+	Title string
+	Items []Setting
+}
+
+// Setting is one configuration value and what it means.
+type Setting struct {
+	Name, Value, Note string
+}
+
+// Audit is the audit log with its filters.
+type Audit struct {
+	Filter AuditFilter
+	Rows   []AuditRow
+	Pager  Pager
+}
+
+// AuditFilter is the filter form's state and choices.
+type AuditFilter struct {
+	Target  string
+	Actors  []Option
+	Actions []Option
+}
+
+// AuditRow is one admin action.
+type AuditRow struct {
+	At, AtFull, Actor, Address, Action, Target, Detail, Tone string
+}
