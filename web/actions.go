@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -110,6 +111,19 @@ func (s *Server) setAccountPaused(c echo.Context, id string, paused bool, reason
 		return store.Account{}, err
 	}
 	s.audit(c, action, "account:"+a.ID, a.Label+": "+reason)
+	return a, nil
+}
+
+// probeAccount checks an account against its upstream now.
+func (s *Server) probeAccount(c echo.Context, id string) (store.Account, error) {
+	if s.cfg.Probe == nil {
+		return store.Account{}, &HTTPError{Status: http.StatusNotImplemented, Code: "probe_unavailable", Msg: "this relay cannot probe accounts"}
+	}
+	a, err := s.cfg.Probe(c.Request().Context(), id)
+	if err != nil {
+		return store.Account{}, err
+	}
+	s.audit(c, "account.probe", "account:"+a.ID, a.Label+": "+string(a.Status))
 	return a, nil
 }
 

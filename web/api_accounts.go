@@ -376,3 +376,11 @@ func (s *Server) resumeAccount(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, viewAccount(a))
 }
+
+func (s *Server) probeAccountAPI(c echo.Context) error {
+	a, err := s.probeAccount(c, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewAccount(a))
+}

@@ -147,6 +147,11 @@ func (s *Server) consolePauseAccount(c echo.Context) error {
 	return s.back(c, "/admin/accounts", err, "Paused "+a.Label+": it serves nothing until resumed.")
 }
 
+func (s *Server) consoleProbeAccount(c echo.Context) error {
+	a, err := s.probeAccount(c, c.Param("id"))
+	return s.back(c, "/admin/accounts", err, "Probed "+a.Label+": "+string(a.Status)+".")
+}
+
 func (s *Server) consoleResumeAccount(c echo.Context) error {
 	a, err := s.setAccountPaused(c, c.Param("id"), false, "")
 	return s.back(c, "/admin/accounts", err, "Resumed "+a.Label+".")

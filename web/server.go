@@ -6,6 +6,7 @@
 package web
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -42,6 +43,10 @@ type Config struct {
 	SessionKey []byte
 	// Now is the clock (sessions, login rate limit, ages); time.Now when nil.
 	Now func() time.Time
+	// Probe checks an account against its upstream now (its usage windows)
+	// and returns it as stored afterwards; a limited account whose reset
+	// has passed returns to service. Nil: probing is not available.
+	Probe func(ctx context.Context, accountID string) (store.Account, error)
 	// LiveInterval is how often the console's live views (overview, lanes,
 	// diagnostics) are re-rendered for their SSE streams. Default 2s.
 	LiveInterval time.Duration

@@ -77,7 +77,21 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	go func() { defer background.Done(); rl.Run(rctx) }()
 	go func() { defer background.Done(); poller.Run(rctx, time.Minute) }()
 	defer func() { stopRelay(); background.Wait() }()
-	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl, SessionKey: opts.sessionKey})
+	probe := func(ctx context.Context, id string) (store.Account, error) {
+		a, err := st.Account(ctx, id)
+		if err != nil {
+			return store.Account{}, err
+		}
+		if a.Kind == store.KindChatGPT {
+			return poller.PollOnce(ctx, a) // usage windows from the upstream, and recovery after a reset
+		}
+		if status, ok := oauth.Recover(a, time.Now()); ok {
+			return st.SetAccountStatus(ctx, id, status, "probed after its reset", time.Time{})
+		}
+		return a, nil
+	}
+	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl,
+		SessionKey: opts.sessionKey, Probe: probe})
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
