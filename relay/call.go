@@ -76,7 +76,7 @@ func (s *Server) choose(ctx context.Context, c *call, exclude map[string]bool, l
 	}
 	cands := make([]Candidate, 0, len(accounts))
 	for _, a := range accounts {
-		if c.client.key.AllowsAccount(a) && c.inGroup(a) {
+		if c.client.key.AllowsAccount(a) {
 			cands = append(cands, Candidate{Account: a, InFlight: s.InFlight(a.ID)})
 		}
 	}
@@ -133,7 +133,7 @@ func (s *Server) choose(ctx context.Context, c *call, exclude map[string]bool, l
 		sel = Selection{AccountID: c.force, Reason: "recovery", Hard: true}
 		c.force = ""
 	} else {
-		sel, err = Select(SelectInput{Now: s.cfg.Now(), Evidence: ev, Prefs: prefs, Candidates: cands, Exclude: exclude})
+		sel, err = Select(SelectInput{Now: s.cfg.Now(), Evidence: ev, Prefs: prefs, Candidates: cands, Exclude: exclude, Group: c.inGroup})
 	}
 	if err != nil {
 		return choice{sel: sel, prefs: prefs, rows: rows}, err

@@ -43,6 +43,15 @@ func TestFallbackTakesAnExhaustedPoolsRequest(t *testing.T) {
 	assert.Equal(t, "f1", recs[1].Account)
 	assert.Equal(t, "gpt-5.4-mini", recs[1].Model, "the fallback model")
 
+	// A tool-call turn on the fallback: the follow-up carries the fallback's
+	// turn state and stays with it.
+	tool, err := codex.Exec(ctx, `run it [[sim:tool exec_command {"cmd":"echo fallback-tool-ok"}]]`, codexcli.RunOptions{BypassSandbox: true})
+	require.NoError(t, err)
+	require.Equal(t, 0, tool.ExitCode, tool.Stderr)
+	assert.Contains(t, tool.FinalMessage, "fallback-tool-ok")
+	toolRecs := h.responseRecords(tool.ThreadID)
+	assert.Equal(t, "f1", toolRecs[len(toolRecs)-1].Account)
+
 	// A Go client sees the notice: a header and a response.metadata entry.
 	resp, body = h.post(sessionS, childT, responseRequest("again"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)

@@ -64,6 +64,10 @@ type SelectInput struct {
 	Candidates []Candidate
 	// Exclude holds accounts already tried by this request.
 	Exclude map[string]bool
+	// Group, when set, limits the soft rows and the balancer to the
+	// accounts it admits (the pool, or the fallback group); hard owners are
+	// honoured wherever they are in the key's scope.
+	Group func(store.Account) bool
 }
 
 // ConflictError: hard owners disagree; nothing may go upstream.
@@ -151,6 +155,7 @@ func Select(in SelectInput) (Selection, error) {
 		ok, _, _ = Availability(c, in.Now)
 		return ok
 	}
+	inGroup := func(id string) bool { return in.Group == nil || in.Group(byID[id].Account) }
 
 	owner, source := "", HardSource("")
 	for _, src := range hardOrder {
@@ -181,16 +186,19 @@ func Select(in SelectInput) (Selection, error) {
 		}
 	}
 
-	if in.Prefs.Thread != "" && usable(in.Prefs.Thread) {
+	if in.Prefs.Thread != "" && usable(in.Prefs.Thread) && inGroup(in.Prefs.Thread) {
 		return Selection{AccountID: in.Prefs.Thread, Reason: string(ReasonThread)}, nil
 	}
-	if in.Prefs.Session != "" && usable(in.Prefs.Session) {
+	if in.Prefs.Session != "" && usable(in.Prefs.Session) && inGroup(in.Prefs.Session) {
 		return Selection{AccountID: in.Prefs.Session, Reason: string(ReasonSession)}, nil
 	}
 
 	var pool []Candidate
 	var earliest time.Time
 	for _, c := range in.Candidates {
+		if !inGroup(c.Account.ID) {
+			continue
+		}
 		ok, _, until := Availability(c, in.Now)
 		if ok && !in.Exclude[c.Account.ID] {
 			pool = append(pool, c)
@@ -201,7 +209,13 @@ func Select(in SelectInput) (Selection, error) {
 		}
 	}
 	if len(pool) == 0 {
-		return Selection{}, &NoAccountError{EarliestReset: earliest, Considered: len(in.Candidates)}
+		n := 0
+		for _, c := range in.Candidates {
+			if inGroup(c.Account.ID) {
+				n++
+			}
+		}
+		return Selection{}, &NoAccountError{EarliestReset: earliest, Considered: n}
 	}
 	best := Balance(pool, in.Prefs.Organization, in.Now)
 	return Selection{AccountID: best.Account.ID, Reason: string(ReasonBalancer)}, nil

@@ -161,3 +161,27 @@ func TestPlanBinding(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, PlanBinding(tc.sel, tc.prefs)) })
 	}
 }
+
+// The group limits soft rows and the balancer, never hard owners.
+func TestSelectGroup(t *testing.T) {
+	t.Parallel()
+	pool := cands(acct("p1"), acct("f1", func(a *store.Account) { a.Tags = []string{"fallback"} }))
+	inPool := func(a store.Account) bool { return !isFallback(a) }
+	inFallback := isFallback
+	sel, err := Select(SelectInput{Now: now, Candidates: pool, Group: inPool})
+	require.NoError(t, err)
+	assert.Equal(t, "p1", sel.AccountID)
+	sel, err = Select(SelectInput{Now: now, Candidates: pool, Group: inPool, Prefs: Preferences{Thread: "f1"}})
+	require.NoError(t, err)
+	assert.Equal(t, "p1", sel.AccountID, "a thread row on the fallback returns to the pool")
+	sel, err = Select(SelectInput{Now: now, Candidates: pool, Group: inFallback})
+	require.NoError(t, err)
+	assert.Equal(t, "f1", sel.AccountID)
+	sel, err = Select(SelectInput{Now: now, Candidates: pool, Group: inPool, Evidence: Evidence{HardTurnState: "f1"}})
+	require.NoError(t, err)
+	assert.Equal(t, "f1", sel.AccountID, "a turn the fallback started stays on it")
+	_, err = Select(SelectInput{Now: now, Candidates: pool, Group: inPool, Exclude: map[string]bool{"p1": true}})
+	var na *NoAccountError
+	require.ErrorAs(t, err, &na)
+	assert.Equal(t, 1, na.Considered, "only the group counts")
+}
