@@ -31,6 +31,10 @@ type call struct {
 	force string
 	// fallback is set once the request fell back to the fallback group.
 	fallback bool
+	// turnStateReleased: the account that issued turnState failed this
+	// request before any work; the state binds nothing any more (and is
+	// not forwarded).
+	turnStateReleased bool
 }
 
 // dropTurnStateOf releases the request from its turn state when the account
@@ -43,7 +47,7 @@ func (c *call) dropTurnStateOf(s *Server, account string) {
 		return
 	}
 	if o, ok := s.owners.get(turnStateKey(c.turnState)); ok && o.account == account {
-		c.turnState = ""
+		c.turnStateReleased = true
 		c.header = c.header.Clone()
 		c.header.Del(wire.HeaderTurnState)
 	}
@@ -108,7 +112,7 @@ func (s *Server) choose(ctx context.Context, c *call, exclude map[string]bool, l
 			ev[HardRawThread] = b.AccountID
 		}
 	}
-	if c.turnState != "" {
+	if c.turnState != "" && !c.turnStateReleased {
 		if o, ok := s.owners.get(turnStateKey(c.turnState)); ok && o.scope == c.client.scope() {
 			ev[HardTurnState] = o.account
 		}

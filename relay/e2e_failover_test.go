@@ -36,6 +36,11 @@ func TestCodexUsageLimitBeforeWorkFailsOver(t *testing.T) {
 				accounts = append(accounts, r.Account)
 			}
 			assert.Equal(t, []string{"a1", "a2"}, accounts, "the limited account, then the next one")
+			for _, r := range h.responseRecords(res.ThreadID) {
+				if r.Account == "a2" {
+					assert.Empty(t, r.ClientTurnState, "a turn state issued by a1 is not sent to a2")
+				}
+			}
 			a1, err := h.store.Account(context.Background(), h.ids["a1"])
 			require.NoError(t, err)
 			assert.Equal(t, store.StatusRateLimited, a1.Status)

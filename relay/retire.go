@@ -97,7 +97,7 @@ func (s *Server) retireOwner(ctx context.Context, c *call, ch choice, err error,
 	if pin == nil || !mayRetire(retireCase{
 		Source: ou.Source, OwnerStatus: ou.Account.Status, OwnerInScope: ou.InScope,
 		GoalMarker: hasGoalMarker(c.fields.Input), SelfContained: continuity.SelfContained(c.fields),
-		AccountNeutral: c.turnState == "",
+		AccountNeutral: c.turnState == "" || c.turnStateReleased,
 	}) {
 		return false
 	}

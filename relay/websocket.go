@@ -431,6 +431,11 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 			s.metrics.lanes.WithLabelValues("rebuilt").Inc()
 		}
 	}
+	if !s.turnStateFor(c, acct) {
+		// The turn state is not this account's own (another account issued
+		// it, or the relay made it up): the upstream must not see it.
+		msg = withoutMetadataKey(msg, wire.HeaderTurnState)
+	}
 	if err := l.Send(ctx, msg); err != nil {
 		ws.retireLane("closed")
 		res.detail = err.Error()

@@ -1,0 +1,88 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/codexrelay/codex-relay/relay/wire"
+)
+
+// withoutMetadataKey removes key from the body's top-level client_metadata
+// object. Every byte outside client_metadata is kept; the body is returned
+// unchanged when there is nothing to remove or it cannot be read.
+func withoutMetadataKey(body []byte, key string) []byte {
+	start, end, ok := memberValue(body, "client_metadata")
+	if !ok {
+		return body
+	}
+	var md map[string]json.RawMessage
+	if json.Unmarshal(body[start:end], &md) != nil {
+		return body
+	}
+	if _, ok := md[key]; !ok {
+		return body
+	}
+	delete(md, key)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // keep the other values' bytes as they came
+	if enc.Encode(md) != nil {
+		return body
+	}
+	v := bytes.TrimRight(buf.Bytes(), "\n")
+	out := make([]byte, 0, len(body))
+	out = append(out, body[:start]...)
+	out = append(out, v...)
+	return append(out, body[end:]...)
+}
+
+// memberValue finds the value of a top-level member of a JSON object and
+// returns its byte range.
+func memberValue(body []byte, name string) (start, end int, ok bool) {
+	i := wire.SkipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return 0, 0, false
+	}
+	i++
+	want, _ := json.Marshal(name)
+	for {
+		i = wire.SkipSpace(body, i)
+		if i >= len(body) || body[i] == '}' {
+			return 0, 0, false
+		}
+		keyEnd, _, ok := wire.ScanString(body, i)
+		if !ok {
+			return 0, 0, false
+		}
+		key := body[i:keyEnd]
+		i = wire.SkipSpace(body, keyEnd)
+		if i >= len(body) || body[i] != ':' {
+			return 0, 0, false
+		}
+		vs := wire.SkipSpace(body, i+1)
+		ve, ok := wire.SkipValue(body, vs)
+		if !ok {
+			return 0, 0, false
+		}
+		if bytes.Equal(key, want) {
+			return vs, ve, true
+		}
+		i = wire.SkipSpace(body, ve)
+		if i < len(body) && body[i] == ',' {
+			i++
+		}
+	}
+}
+
+// turnStateFor decides whether the client's turn state may go to account:
+// only when that account issued it upstream (never one the relay made up).
+func (s *Server) turnStateFor(c *call, account string) bool {
+	if c.turnState == "" {
+		return true
+	}
+	if c.turnStateReleased {
+		return false
+	}
+	o, ok := s.owners.get(turnStateKey(c.turnState))
+	return ok && !o.proxy && o.account == account
+}

@@ -1,0 +1,53 @@
+package relay
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestWithoutMetadataKey(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, in, want string }{
+		{"removes the key, keeps every other byte",
+			`{"type":"response.create", "model":"m","client_metadata":{"x-codex-turn-state":"ts","session_id":"s"},"input":[1]}`,
+			`{"type":"response.create", "model":"m","client_metadata":{"session_id":"s"},"input":[1]}`},
+		{"nothing to remove", `{"client_metadata":{"a":"b"},"x":1}`, `{"client_metadata":{"a":"b"},"x":1}`},
+		{"no client_metadata", `{"model":"m"}`, `{"model":"m"}`},
+		{"client_metadata not an object", `{"client_metadata":"x"}`, `{"client_metadata":"x"}`},
+		{"nested key elsewhere is not touched", `{"input":[{"client_metadata":{"x-codex-turn-state":"ts"}}]}`, `{"input":[{"client_metadata":{"x-codex-turn-state":"ts"}}]}`},
+		{"malformed", `{"client_metadata":{`, `{"client_metadata":{`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, string(withoutMetadataKey([]byte(tc.in), "x-codex-turn-state")))
+		})
+	}
+}
+
+func FuzzWithoutMetadataKey(f *testing.F) {
+	f.Add([]byte(`{"client_metadata":{"x-codex-turn-state":"ts"},"input":[]}`))
+	f.Add([]byte(`{"a":"\"client_metadata\"","client_metadata":{}}`))
+	f.Add([]byte(`{"client_metadata":{"x-codex-turn-state":"ts","m":"<&>"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		out := withoutMetadataKey(body, "x-codex-turn-state")
+		if json.Valid(body) && !json.Valid(out) {
+			t.Fatalf("valid JSON became invalid: %q -> %q", body, out)
+		}
+		if string(out) == string(body) {
+			return
+		}
+		s, e, ok := memberValue(out, "client_metadata")
+		if !ok {
+			t.Fatalf("client_metadata lost: %q -> %q", body, out)
+		}
+		var md map[string]json.RawMessage
+		if err := json.Unmarshal(out[s:e], &md); err != nil {
+			t.Fatalf("client_metadata unreadable: %q", out)
+		}
+		if _, still := md["x-codex-turn-state"]; still {
+			t.Fatalf("key not removed: %q", out)
+		}
+	})
+}
