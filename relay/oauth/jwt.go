@@ -8,10 +8,6 @@ import (
 	"time"
 )
 
-// authClaimKey is the namespaced claim of auth.openai.com tokens that holds
-// the ChatGPT account (workspace), plan and organisations.
-const authClaimKey = "https://api.openai.com/auth"
-
 // Claims are the claims of an auth.openai.com id or access token that the
 // relay uses. Tokens are read without verifying their signature: the relay
 // got them from the auth server or from the operator, and only reads

@@ -144,9 +144,9 @@ func TestDeviceLoginDeniedExpiredAndSlowDown(t *testing.T) {
 	// Default: poll every 5 seconds; faster polls are told to slow down.
 	id, code, interval := c.userCode()
 	assert.Equal(t, "5", interval)
+	status, _ := c.poll(id, code)
+	assert.Equal(t, http.StatusForbidden, status, "pending")
 	status, body := c.poll(id, code)
-	assert.Equal(t, http.StatusForbidden, status)
-	status, body = c.poll(id, code)
 	assert.Equal(t, http.StatusBadRequest, status)
 	assert.Equal(t, "slow_down", body["error"])
 	advance(5 * time.Second)
