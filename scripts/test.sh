@@ -61,6 +61,9 @@ log "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
 
+log "staticcheck"
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
 log "templ generate is current"
 go tool templ generate >/dev/null 2>&1
 if git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --quiet -- '*_templ.go'; then
