@@ -213,7 +213,7 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 		}
 		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	}
-	end := s.pumpLane(ctx, c, l, emit, settle)
+	end := s.pumpLane(ctx, c, acct, l, emit, settle)
 	info.tr, info.status, info.code, info.firstEvent = end.tr, end.status, end.code, end.firstEvent
 	if end.detail != "" {
 		info.detail += "; " + end.detail

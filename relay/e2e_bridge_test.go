@@ -279,3 +279,25 @@ func TestBridgeKeepsWaitingClientsAlive(t *testing.T) {
 	assert.Contains(t, body, "response.completed", "then the request was served")
 	assert.Contains(t, <-slow, "response.completed")
 }
+
+// An upstream without a WebSocket endpoint (404/405/426 on the upgrade)
+// serves HTTP clients over plain HTTP: the bridge steps aside.
+func TestBridgeStepsAsideForHTTPOnlyUpstreams(t *testing.T) {
+	for _, status := range []int{404, 405, 426} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, simAccount("a1", "org-a"))
+			_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultRefuseWebSocket, Status: status})
+			require.NoError(t, err)
+			for i := range 2 {
+				resp, body := h.post(sessionS, rootT, responseRequest(fmt.Sprintf("turn %d", i)), nil)
+				require.Equal(t, http.StatusOK, resp.StatusCode, body)
+			}
+			recs := h.responseRecords(rootT)
+			require.Len(t, recs, 2)
+			for _, r := range recs {
+				assert.Equal(t, upstreamtest.TransportHTTP, r.Transport)
+			}
+		})
+	}
+}

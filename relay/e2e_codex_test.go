@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +123,43 @@ func TestCodexResumeStaysOnItsAccount(t *testing.T) {
 	require.Greater(t, len(all), len(recs), "the resume reached the upstream")
 	for _, r := range all {
 		assert.Equal(t, "a1", r.Account, "every request of the resumed thread stayed on its account")
+	}
+}
+
+// Codex over WebSocket, an upstream without a WebSocket endpoint: the relay
+// answers the prewarm itself, sends every request in full over HTTP
+// (rebuilt from continuity where Codex chains), and relays the events as
+// frames. Codex never notices, and never leaves its WebSocket.
+func TestCodexWebSocketToAnHTTPOnlyUpstream(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultRefuseWebSocket, Status: 404})
+	require.NoError(t, err)
+	ctx := context.Background()
+	codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: true, Key: "unused"})
+	res, err := codex.Exec(ctx, `run it [[sim:tool exec_command {"cmd":"echo http-only-ok"}]]`, codexcli.RunOptions{BypassSandbox: true})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, res.Stderr)
+	assert.Empty(t, res.WebSocketFallback())
+	assert.Contains(t, res.FinalMessage, "http-only-ok")
+	resumed, err := codex.Resume(ctx, res.ThreadID, "more", codexcli.RunOptions{BypassSandbox: true})
+	require.NoError(t, err)
+	require.Equal(t, 0, resumed.ExitCode, resumed.Stderr)
+
+	recs := h.responseRecords(res.ThreadID)
+	require.GreaterOrEqual(t, len(recs), 3)
+	for _, r := range recs {
+		assert.Equal(t, upstreamtest.TransportHTTP, r.Transport)
+		assert.Empty(t, r.PreviousResponseID, "full requests: an HTTP upstream holds no chain")
+		if r.Generate != nil {
+			assert.True(t, *r.Generate, "the prewarm never reached the upstream")
+		}
+	}
+	logged, _, err := h.store.Requests(ctx, store.RequestFilter{ThreadID: res.ThreadID})
+	require.NoError(t, err)
+	require.NotEmpty(t, logged)
+	for _, r := range logged {
+		assert.Equal(t, "ws", r.Transport, "every request reached the relay over Codex's WebSocket")
+		assert.Equal(t, http.StatusOK, r.Status, "no request failed on the way")
 	}
 }

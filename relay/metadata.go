@@ -39,33 +39,41 @@ func withoutMetadataKey(body []byte, key string) []byte {
 // memberValue finds the value of a top-level member of a JSON object and
 // returns its byte range.
 func memberValue(body []byte, name string) (start, end int, ok bool) {
+	_, start, end, ok = member(body, name)
+	return start, end, ok
+}
+
+// member finds a top-level member of a JSON object: where its key starts and
+// its value's byte range.
+func member(body []byte, name string) (keyStart, start, end int, ok bool) {
 	i := wire.SkipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	i++
 	want, _ := json.Marshal(name)
 	for {
 		i = wire.SkipSpace(body, i)
 		if i >= len(body) || body[i] == '}' {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
+		ks := i
 		keyEnd, _, ok := wire.ScanString(body, i)
 		if !ok {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
 		key := body[i:keyEnd]
 		i = wire.SkipSpace(body, keyEnd)
 		if i >= len(body) || body[i] != ':' {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
 		vs := wire.SkipSpace(body, i+1)
 		ve, ok := wire.SkipValue(body, vs)
 		if !ok {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
 		if bytes.Equal(key, want) {
-			return vs, ve, true
+			return ks, vs, ve, true
 		}
 		i = wire.SkipSpace(body, ve)
 		if i < len(body) && body[i] == ',' {
@@ -85,4 +93,23 @@ func (s *Server) turnStateFor(c *call, account string) bool {
 	}
 	o, ok := s.owners.get(turnStateKey(c.turnState))
 	return ok && !o.proxy && o.account == account
+}
+
+// withoutMember removes a top-level member of a JSON object body, keeping
+// every other byte; the body is returned unchanged when it has no such member.
+func withoutMember(body []byte, name string) []byte {
+	ks, _, ve, ok := member(body, name)
+	if !ok {
+		return body
+	}
+	// The member, and one comma with it.
+	start, end := ks, ve
+	if j := wire.SkipSpace(body, end); j < len(body) && body[j] == ',' {
+		end = wire.SkipSpace(body, j+1)
+	} else if p := bytes.LastIndexByte(body[:start], ','); p >= 0 && wire.SkipSpace(body, p+1) == start {
+		start = p
+	}
+	out := make([]byte, 0, len(body))
+	out = append(out, body[:start]...)
+	return append(out, body[end:]...)
 }

@@ -51,3 +51,22 @@ func FuzzWithoutMetadataKey(f *testing.F) {
 		}
 	})
 }
+
+func TestWithoutMember(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, in, want string }{
+		{"first", `{"type":"response.create","model":"m"}`, `{"model":"m"}`},
+		{"middle", `{"model":"m", "type":"response.create", "input":[]}`, `{"model":"m", "input":[]}`},
+		{"last", `{"model":"m","type":"response.create"}`, `{"model":"m"}`},
+		{"only", `{"type":"x"}`, `{}`},
+		{"absent", `{"model":"m"}`, `{"model":"m"}`},
+		{"a value that looks like the key", `{"a":"\"type\":1","type":2}`, `{"a":"\"type\":1"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := withoutMember([]byte(tc.in), "type")
+			assert.Equal(t, tc.want, string(out))
+			assert.True(t, json.Valid(out))
+		})
+	}
+}

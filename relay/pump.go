@@ -2,8 +2,11 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/codexrelay/codex-relay/bridge"
@@ -43,13 +46,24 @@ type settleFunc func(tr *tracker)
 // before the first semantic one are held back, so a failure before any work
 // can move the request unseen; a lane that goes quiet is detected by the
 // idle deadline, not by the client's patience.
-func (s *Server) pumpLane(ctx context.Context, c *call, l *bridge.Lane, emit emitFunc, settle settleFunc) laneEnd {
+// eventSource is where one request's upstream events come from: a lane, or
+// an HTTP/SSE answer (an upstream that speaks HTTP only).
+type eventSource interface {
+	// Events delivers event payloads in order; closed when the source ends.
+	Events() <-chan []byte
+	// Err reports why the source ended.
+	Err() error
+}
+
+var _ eventSource = (*bridge.Lane)(nil)
+
+func (s *Server) pumpLane(ctx context.Context, c *call, account string, l eventSource, emit emitFunc, settle settleFunc) laneEnd {
 	var end laneEnd
 	defer func() {
 		// Usage windows reported in the stream (codex.rate_limits) update
 		// the account, as the HTTP headers do.
 		if end.tr.limits != nil {
-			s.foldLimits(context.WithoutCancel(ctx), l.Account, *end.tr.limits)
+			s.foldLimits(context.WithoutCancel(ctx), account, *end.tr.limits)
 		}
 	}()
 	type held struct {
@@ -196,4 +210,52 @@ func (t *toucher) event() {
 		t.last = now
 		t.s.conts.Touch(t.key)
 	}
+}
+
+// sseSource reads an HTTP/SSE answer as an eventSource. Its reader goroutine
+// ends when the body does; the owner closes the body (cancelling the
+// request) and then waits on done.
+type sseSource struct {
+	events chan []byte
+	done   chan struct{}
+	mu     sync.Mutex
+	err    error // guarded by mu
+}
+
+func newSSESource(body io.Reader) *sseSource {
+	src := &sseSource{events: make(chan []byte, 64), done: make(chan struct{})}
+	go func() {
+		defer close(src.done)
+		defer close(src.events)
+		r := wire.NewSSEReader(body, 0, 0)
+		for {
+			ev, err := r.Next()
+			if err != nil {
+				src.mu.Lock()
+				src.err = err
+				src.mu.Unlock()
+				return
+			}
+			src.events <- append([]byte(nil), ev.Data...)
+		}
+	}()
+	return src
+}
+
+func (s *sseSource) Events() <-chan []byte { return s.events }
+
+func (s *sseSource) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if errors.Is(s.err, io.EOF) {
+		return nil
+	}
+	return s.err
+}
+
+// drain discards what is left so the reader can end.
+func (s *sseSource) drain() {
+	for range s.events {
+	}
+	<-s.done
 }

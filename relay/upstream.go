@@ -145,7 +145,7 @@ func (u *Upstream) Get(ctx context.Context, t Target, url string, clientHeader h
 func (s *Server) openLane(ctx context.Context, t Target, clientHeader http.Header) (*bridge.Lane, error) {
 	conn, resp, err := s.cfg.Upstream.DialWebSocket(ctx, t, clientHeader)
 	if err != nil {
-		if resp != nil && resp.StatusCode == http.StatusUpgradeRequired {
+		if resp != nil && upgradeUnsupported(resp.StatusCode) {
 			return nil, &upgradeRefusedError{status: resp.StatusCode}
 		}
 		if resp != nil && resp.StatusCode >= 400 {
@@ -167,6 +167,17 @@ func (s *Server) openLane(ctx context.Context, t Target, clientHeader http.Heade
 	}
 	s.metrics.lanes.WithLabelValues("opened").Inc()
 	return bridge.NewLane(conn, t.Account.ID, h, s.cfg.Now()), nil
+}
+
+// upgradeUnsupported reports an upgrade answer that means the upstream has
+// no WebSocket endpoint (it speaks HTTP only), as opposed to an answer about
+// the account (401, 402, 403, 429) or a server fault (5xx).
+func upgradeUnsupported(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusUpgradeRequired, http.StatusNotImplemented:
+		return true
+	}
+	return false
 }
 
 // dialStatusError is an upgrade the upstream answered with an error status.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -377,8 +378,17 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 	if ws.lane != nil && (!ws.lane.Alive() || ws.lane.Account != acct) {
 		ws.retireLane("replaced")
 	}
+	if s.httpOnly.has(acct, now) {
+		return ws.attemptOverHTTP(ctx, c, ch)
+	}
 	if ws.lane == nil {
 		l, err := s.openLane(ctx, ch.target, ws.header)
+		var refused *upgradeRefusedError
+		if errors.As(err, &refused) {
+			// The upstream has no WebSocket endpoint: serve over HTTP.
+			s.httpOnly.mark(acct, now.Add(httpOnlyFor))
+			return ws.attemptOverHTTP(ctx, c, ch)
+		}
 		if err != nil {
 			res.detail = err.Error()
 			o, status, e := dialOutcome(now, err, ctx.Err() != nil)
@@ -494,12 +504,108 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		}
 		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	}
-	end := s.pumpLane(ctx, c, l, emit, settle)
+	end := s.pumpLane(ctx, c, acct, l, emit, settle)
 	res.tr, res.status, res.code, res.detail = end.tr, end.status, end.code, end.detail
 	res.out, res.final, res.firstEvent, res.sameAccount, res.clientErr = end.out, end.final, end.firstEvent, end.sameAccount, end.clientErr
 	if end.broken {
 		ws.retireLane("closed")
 	}
+	return res
+}
+
+// attemptOverHTTP serves a WebSocket client's request on an account whose
+// upstream speaks HTTP only: the full request (rebuilt from continuity when
+// it chains) goes as a POST, and the SSE events come back as frames. A
+// prewarm is answered by the relay itself: an HTTP upstream would generate.
+func (ws *wsSession) attemptOverHTTP(ctx context.Context, c *call, ch choice) wsResult {
+	s := ws.s
+	acct := ch.target.Account.ID
+	res := wsResult{}
+	full := c.fields.Input
+	if prev := c.fields.PreviousResponseID; prev != "" {
+		resolved, err := s.conts.Resolve(c.contKey(), prev, c.fields.Input)
+		if err != nil {
+			res.out = Outcome{Class: ClassPrevNotFound, Action: ActionTerminal}
+			res.status, res.code = http.StatusBadRequest, wire.CodePreviousResponseNotFound
+			res.final = errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: wire.CodePreviousResponseNotFound,
+				Message: "previous response " + prev + " is not held by this relay; resend the full request"})
+			return res
+		}
+		full = resolved
+	}
+	if g := c.fields.Generate; g != nil && !*g {
+		id := "resp_relay_" + c.id
+		for _, ev := range []map[string]any{
+			{"type": wire.EventResponseCreated, "response": map[string]any{"id": id, "object": "response", "status": "in_progress", "output": []any{}}},
+			{"type": wire.EventResponseCompleted, "response": map[string]any{"id": id, "object": "response", "status": "completed", "output": []any{}}},
+		} {
+			if err := ws.write(ctx, mustJSON(ev)); err != nil {
+				res.clientErr = err
+				return res
+			}
+		}
+		if c.ident.Key != "" {
+			s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: id, Input: full, AccountID: acct, Organization: ch.target.Account.Organization})
+		}
+		s.settle(context.WithoutCancel(ctx), c, ch, id)
+		res.out, res.status = Outcome{Class: ClassOK, Action: ActionDone}, http.StatusOK
+		return res
+	}
+	body, err := continuity.WithFullInput(c.body, full)
+	if err == nil {
+		body = withoutMember(body, "type")
+	}
+	if err != nil {
+		res.out = Outcome{Class: ClassInvalid, Action: ActionTerminal}
+		res.final = errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: err.Error()})
+		return res
+	}
+	cnt := s.counter(acct)
+	cnt.Add(1)
+	defer cnt.Add(-1)
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := s.cfg.Upstream.Post(actx, ch.target, ch.target.ResponsesURL(""), ws.header, body)
+	if err != nil {
+		res.detail = err.Error()
+		res.out = Classify(AttemptEnd{Now: s.cfg.Now(), Transport: err, Cancelled: ctx.Err() != nil})
+		res.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"})
+		return res
+	}
+	defer resp.Body.Close()
+	defer s.foldUsage(context.WithoutCancel(ctx), acct, resp.Header)
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		e, ok := wire.ParseErrorBody(raw)
+		if !ok {
+			e = wire.Error{Type: "server_error", Message: http.StatusText(resp.StatusCode)}
+		}
+		res.status, res.code, res.detail = resp.StatusCode, errCode(&e), e.Message
+		res.out = Classify(AttemptEnd{Now: s.cfg.Now(), Status: resp.StatusCode, Err: &e, Cancelled: ctx.Err() != nil})
+		res.final = errorEvent(resp.StatusCode, e)
+		return res
+	}
+	src := newSSESource(resp.Body)
+	defer func() { cancel(); resp.Body.Close(); src.drain() }()
+	turnState := resp.Header.Get(wire.HeaderTurnState)
+	emit := func(typ string, data []byte, tr *tracker) error {
+		s.metrics.eventsWS.Inc()
+		return ws.write(ctx, data)
+	}
+	settle := func(tr *tracker) {
+		if ts := firstNonEmpty(tr.turnState, turnState); ts != "" {
+			s.owners.put(turnStateKey(ts), owner{account: acct, scope: c.client.scope()})
+		}
+		if c.ident.Key != "" && tr.responseID != "" {
+			s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
+				AccountID: acct, Organization: ch.target.Account.Organization, TurnState: turnState})
+		}
+		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
+	}
+	end := s.pumpLane(ctx, c, acct, src, emit, settle)
+	res.tr, res.status, res.code, res.detail = end.tr, end.status, end.code, end.detail
+	res.out, res.final, res.firstEvent, res.clientErr = end.out, end.final, end.firstEvent, end.clientErr
+	res.detail = firstNonEmpty(res.detail, "http: the upstream speaks HTTP only")
 	return res
 }
 
