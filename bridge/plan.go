@@ -18,6 +18,9 @@ type State struct {
 	ResponseID string
 	History    []string
 	Shape      [32]byte
+	// NoChain marks a lane whose upstream refused a chain the relay made:
+	// every request on it goes in full.
+	NoChain bool
 }
 
 // Plan decides how to send a full request (input holds the whole history,
@@ -26,7 +29,7 @@ type State struct {
 // input and the request's shape is unchanged: then only input[from:] goes
 // upstream, chained with previous_response_id. Otherwise the full request.
 func Plan(st State, shape [32]byte, input []json.RawMessage) (delta bool, from int) {
-	if st.ResponseID == "" || shape != st.Shape || len(input) <= len(st.History) {
+	if st.NoChain || st.ResponseID == "" || shape != st.Shape || len(input) <= len(st.History) {
 		return false, 0
 	}
 	for i, fp := range st.History {

@@ -56,6 +56,7 @@ func TestPlan(t *testing.T) {
 	}{
 		{"history is a prefix: delta", st, shape, next, true, 3},
 		{"fresh lane: full", State{}, shape, next, false, 0},
+		{"a lane that does not chain: full", State{ResponseID: "resp_1", History: st.History, Shape: shape, NoChain: true}, shape, next, false, 0},
 		{"shape changed: full", st, Shape([]byte(`{"model":"other","input":[]}`)), next, false, 0},
 		{"nothing new: full", st, shape, hist, false, 0},
 		{"branch from earlier: full", st, shape, append(items(`{"type":"message","id":"u1","role":"user","content":"a"}`), items(`{"type":"message","id":"x"}`, `{"type":"message","id":"y"}`, `{"type":"message","id":"z"}`)...), false, 0},

@@ -203,7 +203,7 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 	}
 	settle := func(tr *tracker) {
 		history := append(append([]json.RawMessage{}, full...), tr.output...)
-		lease.Release(bridge.State{ResponseID: tr.responseID, History: bridge.Fingerprints(history), Shape: shape}, full != nil)
+		lease.Release(bridge.State{ResponseID: tr.responseID, History: bridge.Fingerprints(history), Shape: shape, NoChain: lease.State.NoChain}, full != nil)
 		if turnState != "" {
 			s.owners.put(turnStateKey(turnState), owner{account: acct, scope: c.client.scope(), proxy: proxyTurnState})
 		}
@@ -221,6 +221,16 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 	info.sameAccount = end.sameAccount
 	tr := end.tr
 
+	if end.out.Class == ClassPrevNotFound && prev != "" && c.fields.PreviousResponseID == "" && !end.committed {
+		// The upstream refused a chain the relay made (it keeps none on its
+		// connections): the same account gets the full request, and this
+		// lane is not chained again.
+		lease.Release(bridge.State{NoChain: true}, !end.broken)
+		s.metrics.lanes.WithLabelValues("chain_refused").Inc()
+		info.sameAccount, info.detail = true, info.detail+"; the upstream refused the chain: full request next"
+		return Outcome{Class: ClassPrevNotFound, Action: ActionNext}, &failure{status: http.StatusBadGateway,
+			body: errorJSON(apiError{Type: "server_error", Message: "the upstream refused a chained request"}), class: ClassPrevNotFound}, info
+	}
 	if end.out.Action != ActionDone {
 		lease.Release(lease.State, !end.broken)
 		switch {

@@ -301,3 +301,28 @@ func TestBridgeStepsAsideForHTTPOnlyUpstreams(t *testing.T) {
 		})
 	}
 }
+
+// An upstream that keeps no chains on its connections refuses the bridge's
+// delta; the same account then gets the full request, and the lane is not
+// chained again. The HTTP client never sees the refusal.
+func TestBridgeFallsBackToFullRequestsOnStatelessUpstreams(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Stateless: true}, func(*harness, *relay.Config) {})
+	conv := &conversation{h: h, thread: rootT}
+	for i := range 3 {
+		resp, body := conv.turn(fmt.Sprintf("turn %d", i))
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	}
+	recs := h.responseRecords(rootT)
+	var chained, refused int
+	for _, r := range recs {
+		if r.PreviousResponseID != "" {
+			chained++
+			assert.Equal(t, "previous_response_not_found", r.ErrorCode)
+			refused++
+		}
+	}
+	assert.Equal(t, 1, chained, "one chain tried, then full requests only")
+	assert.Equal(t, 1, refused)
+	assert.Len(t, recs, 4, "three turns, one of them retried in full")
+}

@@ -46,7 +46,14 @@ func newHarness(t *testing.T, accounts ...upstreamtest.Account) *harness {
 // newHarnessWith is newHarness with the relay's configuration adjusted.
 func newHarnessWith(t *testing.T, adjust func(*harness, *relay.Config), accounts ...upstreamtest.Account) *harness {
 	t.Helper()
-	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: accounts, Logger: testLogger(t)})
+	return newHarnessSim(t, upstreamtest.Config{Accounts: accounts, Logger: testLogger(t)}, adjust)
+}
+
+// newHarnessSim is newHarnessWith with the sim's configuration given whole.
+func newHarnessSim(t *testing.T, simCfg upstreamtest.Config, adjust func(*harness, *relay.Config)) *harness {
+	t.Helper()
+	accounts := simCfg.Accounts
+	sim := upstreamtest.NewServer(simCfg)
 	t.Cleanup(sim.Close)
 	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
 	h := &harness{t: t, sim: sim, store: st, ids: map[string]string{}}

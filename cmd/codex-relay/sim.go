@@ -53,6 +53,7 @@ type simOptions struct {
 	faults       stringList
 	cipherSecret string
 	models       string
+	stateless    bool
 }
 
 func runSim(ctx context.Context, c cli, args []string) error {
@@ -68,6 +69,7 @@ func runSim(ctx context.Context, c cli, args []string) error {
 		"secret behind every organisation's ciphertext, to keep it valid across restarts (env CODEX_RELAY_SIM_CIPHER_SECRET); default random")
 	fs.StringVar(&o.models, "models", envOr(c, "CODEX_RELAY_SIM_MODELS", ""),
 		"comma-separated model slugs the models routes report (env CODEX_RELAY_SIM_MODELS); default gpt-5.5-codex,gpt-5.4,gpt-5.4-mini")
+	fs.BoolVar(&o.stateless, "stateless", false, "WebSocket connections keep no response chains: every previous_response_id is not found, as on upstreams that serve each request on its own")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -144,6 +146,7 @@ func (o simOptions) config() (upstreamtest.Config, error) {
 	if o.cipherSecret != "" {
 		cfg.CipherSecret = []byte(o.cipherSecret)
 	}
+	cfg.Stateless = o.stateless
 	for _, m := range strings.Split(o.models, ",") {
 		if m = strings.TrimSpace(m); m != "" {
 			cfg.Models = append(cfg.Models, m)

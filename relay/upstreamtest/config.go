@@ -198,6 +198,10 @@ type Config struct {
 	// MaxRecords bounds the request records kept; the oldest are dropped
 	// first. Default 10000.
 	MaxRecords int
+	// Stateless makes WebSocket connections keep no response chains: every
+	// previous_response_id is not found, as on upstreams that serve each
+	// request on its own.
+	Stateless bool
 }
 
 func (c *Config) withDefaults() {

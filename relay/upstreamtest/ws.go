@@ -251,7 +251,11 @@ func (s *Server) answerMessage(ctx context.Context, conn *wsConn, data []byte, r
 	}
 	ref.noteRequest(req)
 
-	v := s.decide(call{transport: TransportWS, account: conn.account, req: req, ref: ref, prev: conn.lookup})
+	prev := conn.lookup
+	if s.cfg.Stateless {
+		prev = nil // nothing is ever found
+	}
+	v := s.decide(call{transport: TransportWS, account: conn.account, req: req, ref: ref, prev: prev})
 	if v.err != nil {
 		return reject(v.status, *v.err, &v.rateLimits)
 	}
