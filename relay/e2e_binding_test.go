@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
@@ -218,4 +219,27 @@ func TestWebSocketConnectionLimitIsInvisible(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, handshakes, "one lane replaced by one")
+}
+
+// An upstream that keeps no chains refuses Codex's own chained request; the
+// relay holds the history, so the same account gets the full request and
+// the session stops chaining. The client never sees the refusal.
+func TestWebSocketChainsOnAStatelessUpstream(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Stateless: true}, func(*harness, *relay.Config) {})
+	c := h.dialWS(sessionS, rootT)
+	typ, id := lastEvent(c.turn(responseRequest("one")))
+	require.Equal(t, "response.completed", typ)
+	for _, text := range []string{"two", "three"} {
+		events := c.turn(map[string]any{"model": "gpt-5.5-codex", "previous_response_id": id, "input": []any{userMessage(text)}})
+		typ, id = lastEvent(events)
+		require.Equal(t, "response.completed", typ, "%v", events[len(events)-1])
+	}
+	var refused int
+	for _, r := range h.responseRecords(rootT) {
+		if r.ErrorCode == "previous_response_not_found" {
+			refused++
+		}
+	}
+	assert.Equal(t, 1, refused, "one refusal, then full requests only")
 }

@@ -45,6 +45,9 @@ type wsSession struct {
 	// turnState is this thread's proxy-generated turn state, when the
 	// upstream gives none; owned by the serving loop.
 	turnState string
+	// noChain: the upstream refused a chain on this session's lanes (it
+	// keeps none); every request goes in full. Owned by the serving loop.
+	noChain bool
 }
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
@@ -420,7 +423,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		if rerr == nil {
 			full = resolved
 		}
-		if !l.Known[prev] {
+		if !l.Known[prev] || ws.noChain {
 			if rerr != nil {
 				res.out = Outcome{Class: ClassPrevNotFound, Action: ActionTerminal}
 				res.status, res.code = http.StatusBadRequest, wire.CodePreviousResponseNotFound
@@ -509,6 +512,15 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 	res.out, res.final, res.firstEvent, res.sameAccount, res.clientErr = end.out, end.final, end.firstEvent, end.sameAccount, end.clientErr
 	if end.broken {
 		ws.retireLane("closed")
+	}
+	if end.out.Class == ClassPrevNotFound && !end.committed && c.fields.PreviousResponseID != "" && !ws.noChain {
+		if _, err := s.conts.Resolve(c.contKey(), c.fields.PreviousResponseID, nil); err == nil {
+			// The upstream keeps no chains: the relay holds the history, so
+			// the same account gets the full request, now and from here on.
+			ws.noChain = true
+			s.metrics.lanes.WithLabelValues("chain_refused").Inc()
+			res.out, res.sameAccount = Outcome{Class: ClassPrevNotFound, Action: ActionNext}, true
+		}
 	}
 	return res
 }
