@@ -163,3 +163,25 @@ func TestCodexWebSocketToAnHTTPOnlyUpstream(t *testing.T) {
 		assert.Equal(t, http.StatusOK, r.Status, "no request failed on the way")
 	}
 }
+
+// The real Codex CLI against an upstream that keeps no chains, over both
+// transports: tool-call turns complete, the client never sees a refusal.
+func TestCodexAgainstAStatelessUpstream(t *testing.T) {
+	for _, ws := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "websocket"}[ws], func(t *testing.T) {
+			t.Parallel()
+			h := newHarnessSim(t, upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Stateless: true}, func(*harness, *relay.Config) {})
+			codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: ws, Key: "unused"})
+			res, err := codex.Exec(context.Background(), `run it [[sim:tool exec_command {"cmd":"echo stateless-ok"}]]`, codexcli.RunOptions{BypassSandbox: true})
+			require.NoError(t, err)
+			require.Equal(t, 0, res.ExitCode, res.Stderr)
+			assert.Contains(t, res.FinalMessage, "stateless-ok")
+			assert.Empty(t, res.WebSocketFallback())
+			logged, _, err := h.store.Requests(context.Background(), store.RequestFilter{ThreadID: res.ThreadID})
+			require.NoError(t, err)
+			for _, r := range logged {
+				assert.Equal(t, http.StatusOK, r.Status, "no request failed on the way")
+			}
+		})
+	}
+}
