@@ -162,6 +162,22 @@ func (s *Store) sealCredentials(id string, c Credentials) (string, error) {
 	return s.sealer.Seal(b, credentialsAAD(id))
 }
 
+// openCredentials decrypts a sealed credentials column of account id.
+func (s *Store) openCredentials(id, sealed string) (Credentials, error) {
+	if s.sealer == nil {
+		return Credentials{}, ErrNoSecretKey
+	}
+	pt, err := s.sealer.Open(sealed, credentialsAAD(id))
+	if err != nil {
+		return Credentials{}, fmt.Errorf("account %s: %w", id, err)
+	}
+	var c Credentials
+	if err := json.Unmarshal(pt, &c); err != nil {
+		return Credentials{}, fmt.Errorf("account %s: credentials: %w", id, err)
+	}
+	return c, nil
+}
+
 // CreateAccount stores a new account with its credentials, encrypted. The
 // id, status (active unless set), and timestamps are filled in.
 func (s *Store) CreateAccount(ctx context.Context, a Account, c Credentials) (Account, error) {
@@ -317,18 +333,7 @@ func (s *Store) Credentials(ctx context.Context, id string) (Credentials, error)
 	if err != nil {
 		return Credentials{}, fmt.Errorf("read credentials: %w", err)
 	}
-	if s.sealer == nil {
-		return Credentials{}, ErrNoSecretKey
-	}
-	pt, err := s.sealer.Open(sealed, credentialsAAD(id))
-	if err != nil {
-		return Credentials{}, fmt.Errorf("account %s: %w", id, err)
-	}
-	var c Credentials
-	if err := json.Unmarshal(pt, &c); err != nil {
-		return Credentials{}, fmt.Errorf("account %s: credentials: %w", id, err)
-	}
-	return c, nil
+	return s.openCredentials(id, sealed)
 }
 
 // SetCredentials replaces an account's secrets and access-token expiry.

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -58,21 +57,6 @@ func (s *Store) TokenState(ctx context.Context, id string) (Credentials, time.Ti
 		return Credentials{}, time.Time{}, err
 	}
 	return c, fromMillis(row.AccessExpiresAt), nil
-}
-
-func (s *Store) openCredentials(id, sealed string) (Credentials, error) {
-	if s.sealer == nil {
-		return Credentials{}, ErrNoSecretKey
-	}
-	pt, err := s.sealer.Open(sealed, credentialsAAD(id))
-	if err != nil {
-		return Credentials{}, fmt.Errorf("account %s: %w", id, err)
-	}
-	var c Credentials
-	if err := json.Unmarshal(pt, &c); err != nil {
-		return Credentials{}, fmt.Errorf("account %s: credentials: %w", id, err)
-	}
-	return c, nil
 }
 
 // ClaimRefresh takes the refresh claim of an account for owner, valid for
