@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/codexrelay/codex-relay/bridge"
-	"github.com/codexrelay/codex-relay/continuity"
-	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
@@ -176,52 +174,17 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 			Message: "the upstream connection failed"}), class: o.Class}, info
 	}
 
-	turnState := l.Header.Get(wire.HeaderTurnState)
-	proxyTurnState := false
-	emit := func(typ string, data []byte, tr *tracker) error {
-		first := !out.committed
-		out.commit(func(h http.Header) {
-			passHeaders(h, l.Header)
-			setHeaders(h)
-			c.noticeHeaders(h, ch.target)
-			ts := firstNonEmpty(tr.turnState, turnState)
-			if ts == "" && c.turnState == "" {
-				ts, proxyTurnState = store.NewSecret("rts_"), true
-			}
-			turnState = ts
-			if ts != "" {
-				h.Set(wire.HeaderTurnState, ts)
-			}
-		})
-		if n := c.noticeEvent(ch.target); first && n != nil {
-			if err := out.event(wire.EventResponseMetadata, n); err != nil {
-				return err
-			}
-		}
-		s.metrics.eventsHTTP.Inc()
-		return out.event(typ, data)
-	}
-	settle := func(tr *tracker) {
+	onDone := func(tr *tracker) {
 		history := append(append([]json.RawMessage{}, full...), tr.output...)
 		lease.Release(bridge.State{ResponseID: tr.responseID, History: bridge.Fingerprints(history), Shape: shape, NoChain: lease.State.NoChain}, full != nil)
-		if turnState != "" {
-			s.owners.put(turnStateKey(turnState), owner{account: acct, scope: c.client.scope(), proxy: proxyTurnState})
-		}
-		if full != nil && c.ident.Key != "" && tr.responseID != "" {
-			s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
-				AccountID: acct, Organization: ch.target.Account.Organization, TurnState: turnState})
-		}
-		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	}
-	end := s.pumpLane(ctx, c, acct, l, emit, settle)
+	end, o, f := s.relaySSE(ctx, out, c, ch, newLaneSource(l), l.Header, full, onDone)
 	info.tr, info.status, info.code, info.firstEvent = end.tr, end.status, end.code, end.firstEvent
 	if end.detail != "" {
 		info.detail += "; " + end.detail
 	}
 	info.sameAccount = end.sameAccount
-	tr := end.tr
-
-	if end.out.Class == ClassPrevNotFound && prev != "" && c.fields.PreviousResponseID == "" && !end.committed {
+	if o.Class == ClassPrevNotFound && prev != "" && c.fields.PreviousResponseID == "" && !end.committed {
 		// The upstream refused a chain the relay made (it keeps none on its
 		// connections): the same account gets the full request, and this
 		// lane is not chained again.
@@ -231,27 +194,8 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 		return Outcome{Class: ClassPrevNotFound, Action: ActionNext}, &failure{status: http.StatusBadGateway,
 			body: errorJSON(apiError{Type: "server_error", Message: "the upstream refused a chained request"}), class: ClassPrevNotFound}, info
 	}
-	if end.out.Action != ActionDone {
+	if o.Action != ActionDone {
 		lease.Release(lease.State, !end.broken)
-		switch {
-		case end.clientErr != nil || end.out.Class == ClassCancelled:
-			return end.out, nil, info
-		case !out.committed && (end.out.Action == ActionNext || tr.failStatus != 0 || end.final == nil):
-			// Nothing reached the client: an HTTP error it (or the next
-			// account) can act on.
-			body := errorJSON(apiError{Type: "server_error", Code: "upstream_stream_interrupted", Message: "the upstream connection ended before any output"})
-			if tr.failure != nil {
-				body = errorJSON(*tr.failure)
-			}
-			return end.out, &failure{status: statusOr(tr.failStatus, http.StatusBadGateway), body: body, class: end.out.Class}, info
-		default:
-			typ, _ := wire.EventType(end.final)
-			if err := emit(typ, end.final, &tr); err != nil {
-				return Outcome{Class: ClassCancelled, Action: ActionTerminal}, nil, info
-			}
-			return end.out, nil, info
-		}
 	}
-
-	return end.out, nil, info
+	return o, f, info
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"testing"
 
@@ -34,8 +33,8 @@ func sseStream(n int) []byte {
 }
 
 // BenchmarkForwardEvent measures the relay's per-event path over HTTP/SSE:
-// read an event from the upstream body, sniff its type, track it, write it
-// to the client and flush. Reported per event.
+// read an event from the upstream body, hand it to the pump, sniff its type,
+// track it, write it to the client and flush. Reported per event.
 func BenchmarkForwardEvent(b *testing.B) {
 	const deltas = 1000
 	stream := sseStream(deltas)
@@ -46,10 +45,8 @@ func BenchmarkForwardEvent(b *testing.B) {
 	b.SetBytes(int64(len(stream)) / (deltas + 4))
 	b.ResetTimer()
 	for i := 0; i < b.N; i += deltas + 4 {
-		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(stream))}
-		ctx, cancel := context.WithCancel(context.Background())
-		out, _, _ := s.streamSSE(ctx, cancel, newSSEOut(&discardWriter{h: http.Header{}}), c, ch, resp, attemptInfo{})
-		cancel()
+		src := newHTTPSource(bytes.NewReader(stream), func() {})
+		_, out, _ := s.relaySSE(context.Background(), newSSEOut(&discardWriter{h: http.Header{}}), c, ch, src, http.Header{}, nil, nil)
 		if out.Action != ActionDone {
 			b.Fatalf("stream ended %v", out)
 		}

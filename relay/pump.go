@@ -3,10 +3,10 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
+
 	"io"
 	"net/http"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/codexrelay/codex-relay/bridge"
@@ -46,34 +46,113 @@ type settleFunc func(tr *tracker)
 // before the first semantic one are held back, so a failure before any work
 // can move the request unseen; a lane that goes quiet is detected by the
 // idle deadline, not by the client's patience.
-// eventSource is where one request's upstream events come from: a lane, or
-// an HTTP/SSE answer (an upstream that speaks HTTP only).
+// eventSource yields one request's upstream events, pulled one at a time
+// by pumpLane (the only caller), so forwarding an event costs no hand-off
+// between goroutines.
 type eventSource interface {
-	// Events delivers event payloads in order; closed when the source ends.
-	Events() <-chan []byte
-	// Err reports why the source ended.
-	Err() error
+	// Next returns the next event's payload, valid until the next call. It
+	// returns errStall when nothing arrived within idle, ctx's error once
+	// ctx has ended, and any other error (io.EOF: a clean end) when the
+	// source itself ended.
+	Next(ctx context.Context, idle time.Duration) ([]byte, error)
+	// stop releases the source's timer.
+	stop()
 }
 
-var _ eventSource = (*bridge.Lane)(nil)
+// laneSource reads a lane's events.
+type laneSource struct {
+	l *bridge.Lane
+	t *time.Timer // the idle deadline, reused across events
+}
+
+func newLaneSource(l *bridge.Lane) *laneSource { return &laneSource{l: l} }
+
+func (s *laneSource) Next(ctx context.Context, idle time.Duration) ([]byte, error) {
+	if s.t == nil {
+		s.t = time.NewTimer(idle)
+	} else {
+		s.t.Reset(idle) // since Go 1.23 a Reset timer never delivers a stale tick
+	}
+	select {
+	case data, ok := <-s.l.Events():
+		if !ok {
+			if err := s.l.Err(); err != nil {
+				return nil, err
+			}
+			return nil, io.EOF
+		}
+		return data, nil
+	case <-s.t.C:
+		return nil, errStall
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *laneSource) stop() {
+	if s.t != nil {
+		s.t.Stop()
+	}
+}
+
+// httpSource reads an upstream's HTTP/SSE answer in the caller's goroutine.
+// Its idle deadline cancels the upstream request (cancel), which ends a
+// blocked read.
+type httpSource struct {
+	r       *wire.SSEReader
+	cancel  context.CancelFunc
+	t       *time.Timer
+	stalled atomic.Bool // set by the deadline's timer goroutine
+}
+
+func newHTTPSource(body io.Reader, cancel context.CancelFunc) *httpSource {
+	return &httpSource{r: wire.NewSSEReader(body, 0, 0), cancel: cancel}
+}
+
+func (s *httpSource) Next(ctx context.Context, idle time.Duration) ([]byte, error) {
+	if s.t == nil {
+		s.t = time.AfterFunc(idle, func() { s.stalled.Store(true); s.cancel() })
+	} else {
+		s.t.Reset(idle)
+	}
+	ev, err := s.r.Next()
+	switch {
+	case err == nil:
+		return ev.Data, nil
+	case s.stalled.Load():
+		return nil, errStall
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	}
+	return nil, err
+}
+
+func (s *httpSource) stop() {
+	if s.t != nil {
+		s.t.Stop()
+	}
+}
 
 func (s *Server) pumpLane(ctx context.Context, c *call, account string, l eventSource, emit emitFunc, settle settleFunc) laneEnd {
 	var end laneEnd
-	defer func() {
-		// Usage windows reported in the stream (codex.rate_limits) update
-		// the account, as the HTTP headers do.
-		if end.tr.limits != nil {
+	// Usage windows reported in the stream (codex.rate_limits) update the
+	// account, as the HTTP headers do: with the turn's other records, before
+	// its terminal event, or when the stream ends otherwise.
+	folded := false
+	foldLimits := func() {
+		if end.tr.limits != nil && !folded {
+			folded = true
 			s.foldLimits(context.WithoutCancel(ctx), account, *end.tr.limits)
 		}
-	}()
+	}
+	defer foldLimits()
 	type held struct {
 		typ  string
 		data []byte
 	}
 	var pending []held
 	toucher := s.newToucher(c)
-	idle := time.NewTimer(s.cfg.StreamIdleTimeout)
-	defer idle.Stop()
+	defer l.stop()
 	flush := func() error {
 		if !end.committed {
 			end.committed = true
@@ -84,35 +163,29 @@ func (s *Server) pumpLane(ctx context.Context, c *call, account string, l eventS
 				return err
 			}
 		}
-		pending = nil
+		pending = pending[:0]
 		return nil
 	}
 	for {
-		var data []byte
-		var ok bool
-		select {
-		case data, ok = <-l.Events():
-		case <-idle.C:
+		data, err := l.Next(ctx, s.cfg.StreamIdleTimeout)
+		switch {
+		case errors.Is(err, errStall):
 			end.broken, end.detail = true, errStall.Error()
 			return s.endBroken(c, end, AttemptEnd{Now: s.cfg.Now(), Stalled: true, Transport: errStall, WorkObserved: end.tr.work})
-		case <-ctx.Done():
+		case err != nil && ctx.Err() != nil:
 			end.broken = true
 			end.out = Outcome{Class: ClassCancelled, Action: ActionTerminal}
 			end.clientErr = ctx.Err()
 			return end
-		}
-		if !ok {
-			err := l.Err()
-			end.broken, end.detail = true, fmt.Sprint(err)
+		case err != nil:
+			end.broken = true
+			if !errors.Is(err, io.EOF) {
+				end.detail = err.Error()
+			} else {
+				err = nil
+			}
 			return s.endBroken(c, end, AttemptEnd{Now: s.cfg.Now(), StreamCut: true, Transport: err, WorkObserved: end.tr.work})
 		}
-		if !idle.Stop() {
-			select {
-			case <-idle.C:
-			default:
-			}
-		}
-		idle.Reset(s.cfg.StreamIdleTimeout)
 		typ, _ := wire.EventType(data)
 		end.tr.observe(typ, data)
 		toucher.event()
@@ -120,7 +193,7 @@ func (s *Server) pumpLane(ctx context.Context, c *call, account string, l eventS
 		if wire.IsTerminal(typ) && !completed {
 			end.out = Classify(AttemptEnd{Now: s.cfg.Now(), Status: end.tr.failStatus, Err: end.tr.failure, WorkObserved: end.tr.work})
 			end.status, end.code = end.tr.failStatus, errCode(end.tr.failure)
-			end.final = data
+			end.final = append([]byte(nil), data...) // the source may reuse its buffer
 			if end.tr.failure != nil && end.tr.failure.Code == wire.CodeWebSocketConnectionLimitReached && !end.committed {
 				end.out = Outcome{Class: ClassTransport, Action: ActionNext}
 				end.sameAccount, end.broken = true, true
@@ -146,14 +219,19 @@ func (s *Server) pumpLane(ctx context.Context, c *call, account string, l eventS
 			end.out.Action = ActionTerminal
 			return end
 		}
-		pending = append(pending, held{typ, data})
 		if !end.committed && !end.tr.work && !completed {
+			pending = append(pending, held{typ, append([]byte(nil), data...)}) // a copy: the source may reuse its buffer
 			continue
 		}
 		if completed {
+			foldLimits()
 			settle(&end.tr)
 		}
-		if err := flush(); err != nil {
+		err = flush() // the held events, then this one
+		if err == nil {
+			err = emit(typ, data, &end.tr)
+		}
+		if err != nil {
 			end.clientErr, end.broken = err, true
 			end.out = Outcome{Class: ClassCancelled, Action: ActionTerminal}
 			return end
@@ -210,52 +288,4 @@ func (t *toucher) event() {
 		t.last = now
 		t.s.conts.Touch(t.key)
 	}
-}
-
-// sseSource reads an HTTP/SSE answer as an eventSource. Its reader goroutine
-// ends when the body does; the owner closes the body (cancelling the
-// request) and then waits on done.
-type sseSource struct {
-	events chan []byte
-	done   chan struct{}
-	mu     sync.Mutex
-	err    error // guarded by mu
-}
-
-func newSSESource(body io.Reader) *sseSource {
-	src := &sseSource{events: make(chan []byte, 64), done: make(chan struct{})}
-	go func() {
-		defer close(src.done)
-		defer close(src.events)
-		r := wire.NewSSEReader(body, 0, 0)
-		for {
-			ev, err := r.Next()
-			if err != nil {
-				src.mu.Lock()
-				src.err = err
-				src.mu.Unlock()
-				return
-			}
-			src.events <- append([]byte(nil), ev.Data...)
-		}
-	}()
-	return src
-}
-
-func (s *sseSource) Events() <-chan []byte { return s.events }
-
-func (s *sseSource) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if errors.Is(s.err, io.EOF) {
-		return nil
-	}
-	return s.err
-}
-
-// drain discards what is left so the reader can end.
-func (s *sseSource) drain() {
-	for range s.events {
-	}
-	<-s.done
 }

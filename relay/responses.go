@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/codexrelay/codex-relay/continuity"
@@ -309,146 +308,25 @@ func (s *Server) attemptHTTP(ctx context.Context, w http.ResponseWriter, out *ss
 		s.settle(context.WithoutCancel(ctx), c, ch, "")
 		return Outcome{Class: ClassOK, Action: ActionDone}, nil, info
 	}
-	return s.streamSSE(ctx, cancel, out, c, ch, resp, info)
+	// The full input the upstream saw, for continuity; nil when the request
+	// chains to a response the relay does not hold.
+	full := c.fields.Input
+	if p := c.fields.PreviousResponseID; p != "" {
+		if full, err = s.conts.Resolve(c.contKey(), p, c.fields.Input); err != nil {
+			full = nil
+		}
+	}
+	end, o, f := s.relaySSE(ctx, out, c, ch, newHTTPSource(resp.Body, cancel), resp.Header, full, nil)
+	info.tr, info.status, info.code, info.firstEvent = end.tr, statusOr(end.status, info.status), end.code, end.firstEvent
+	if end.detail != "" {
+		info.detail = end.detail
+	}
+	return o, f, info
 }
 
 func errorJSON(e apiError) []byte {
 	b, _ := json.Marshal(wire.ErrorBody{Error: e})
 	return b
-}
-
-// streamSSE forwards an upstream event stream. Events before the first
-// semantic one are held back, so a failure that arrives before any work can
-// still move the request to another account; from the first semantic event
-// on, every event is written and flushed as it arrives, as the bytes the
-// upstream sent. Every stream the client sees ends with a terminal event.
-func (s *Server) streamSSE(ctx context.Context, cancel context.CancelFunc, out *sseOut, c *call, ch choice, resp *http.Response, info attemptInfo) (Outcome, *failure, attemptInfo) {
-	reader := wire.NewSSEReader(resp.Body, 0, 0)
-	var tr tracker
-	var held []wire.SSEEvent
-	committed := false
-	var stalledFlag atomic.Bool
-	idle := time.AfterFunc(s.cfg.StreamIdleTimeout, func() { stalledFlag.Store(true); cancel() })
-	defer idle.Stop()
-
-	turnState := resp.Header.Get(wire.HeaderTurnState)
-	proxyTurnState := false
-	if turnState == "" && c.turnState == "" {
-		turnState, proxyTurnState = store.NewSecret("rts_"), true
-	}
-	toucher := s.newToucher(c)
-	commit := func() {
-		if committed {
-			return
-		}
-		committed = true
-		out.commit(func(h http.Header) {
-			passHeaders(h, resp.Header)
-			c.markRecovery(h)
-			c.noticeHeaders(h, ch.target)
-			if turnState != "" {
-				h.Set(wire.HeaderTurnState, turnState)
-			}
-		})
-		info.firstEvent = s.cfg.Now().Sub(c.start)
-		if n := c.noticeEvent(ch.target); n != nil {
-			_ = out.sw.WriteEvent(wire.EventResponseMetadata, n)
-		}
-		for _, ev := range held {
-			_ = out.sw.WriteEvent(ev.Name, ev.Data)
-		}
-		held = nil
-	}
-
-	var readErr error
-	for {
-		ev, err := reader.Next()
-		if err != nil {
-			readErr = err
-			break
-		}
-		idle.Reset(s.cfg.StreamIdleTimeout)
-		typ, _ := wire.EventType(ev.Data)
-		tr.observe(typ, ev.Data)
-		toucher.event()
-		if !committed && !tr.work && !wire.IsTerminal(typ) {
-			held = append(held, wire.SSEEvent{Name: ev.Name, Data: append([]byte(nil), ev.Data...)})
-			continue
-		}
-		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
-			// Record the turn before its terminal event reaches the client:
-			// Codex may send its next request the moment it reads it.
-			if turnState != "" {
-				s.owners.put(turnStateKey(turnState), owner{account: ch.target.Account.ID, scope: c.client.scope(), proxy: proxyTurnState})
-			}
-			s.commitContinuity(c, ch, tr, turnState)
-			s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
-		}
-		if !committed && wire.IsTerminal(typ) && typ != wire.EventResponseCompleted && typ != wire.EventResponseIncomplete {
-			// A failure before any work: maybe another account can serve.
-			out := Classify(AttemptEnd{Now: s.cfg.Now(), Status: failStatus(tr), Err: tr.failure, Cancelled: ctx.Err() != nil})
-			info.code, info.tr = errCode(tr.failure), tr
-			if out.Action == ActionNext {
-				return out, &failure{status: statusOr(failStatus(tr), http.StatusBadGateway), body: errorJSON(*tr.failure), class: out.Class}, info
-			}
-		}
-		commit()
-		if err := out.event(ev.Name, ev.Data); err != nil {
-			return Classify(AttemptEnd{Cancelled: true}), nil, info
-		}
-		s.metrics.eventsHTTP.Inc()
-		if wire.IsTerminal(typ) {
-			break
-		}
-	}
-	info.tr = tr
-	info.code = errCode(tr.failure)
-	stalled := stalledFlag.Load()
-	end := AttemptEnd{Now: s.cfg.Now(), WorkObserved: tr.work, Cancelled: ctx.Err() != nil && !stalled}
-	switch {
-	case tr.terminal == wire.EventResponseCompleted || tr.terminal == wire.EventResponseIncomplete:
-		end.Completed = true
-	case tr.terminal != "":
-		end.Status, end.Err = failStatus(tr), tr.failure
-	case stalled:
-		end.Stalled, end.Transport = true, errStall
-		info.detail = errStall.Error()
-	default:
-		end.StreamCut, end.Transport = true, readErr
-		if readErr != nil && !errors.Is(readErr, io.EOF) {
-			info.detail = readErr.Error()
-		}
-	}
-	o := Classify(end)
-	if o.Action == ActionNext && !committed {
-		return o, &failure{status: http.StatusBadGateway, body: errorJSON(apiError{Type: "server_error", Code: "upstream_stream_interrupted", Message: "the upstream stream ended before any output"}), class: o.Class}, info
-	}
-	if o.Action == ActionNext {
-		o.Action = ActionTerminal
-	}
-	if o.Class == ClassCancelled {
-		return o, nil, info
-	}
-	if tr.terminal == "" {
-		// The upstream broke off or went quiet after work reached the client:
-		// end the stream properly. Codex retries a failed stream by itself.
-		commit()
-		msg := "the upstream stream ended without a terminal event"
-		if stalled {
-			msg = "the upstream sent nothing for " + s.cfg.StreamIdleTimeout.String()
-		}
-		_ = out.event(wire.EventResponseFailed, failedEvent(tr.responseID, c.id, "upstream_stream_interrupted", msg))
-		info.status = http.StatusBadGateway
-		return o, nil, info
-	}
-	return o, nil, info
-}
-
-func failStatus(tr tracker) int {
-	if tr.failStatus != 0 {
-		return tr.failStatus
-	}
-	return 0
 }
 
 func statusOr(v, def int) int {
@@ -476,21 +354,4 @@ func failedEvent(responseID, requestID, code, msg string) []byte {
 			"error": map[string]string{"code": code, "message": msg}},
 	})
 	return b
-}
-
-// commitContinuity remembers a completed turn for the thread.
-func (s *Server) commitContinuity(c *call, ch choice, tr tracker, turnState string) {
-	if c.ident.Key == "" || tr.responseID == "" {
-		return
-	}
-	input := c.fields.Input
-	if c.fields.PreviousResponseID != "" {
-		full, err := s.conts.Resolve(c.contKey(), c.fields.PreviousResponseID, c.fields.Input)
-		if err != nil {
-			return
-		}
-		input = full
-	}
-	s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: input, Output: tr.output,
-		AccountID: ch.target.Account.ID, Organization: ch.target.Account.Organization, TurnState: turnState})
 }

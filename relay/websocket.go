@@ -507,7 +507,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		}
 		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	}
-	end := s.pumpLane(ctx, c, acct, l, emit, settle)
+	end := s.pumpLane(ctx, c, acct, newLaneSource(l), emit, settle)
 	res.tr, res.status, res.code, res.detail = end.tr, end.status, end.code, end.detail
 	res.out, res.final, res.firstEvent, res.sameAccount, res.clientErr = end.out, end.final, end.firstEvent, end.sameAccount, end.clientErr
 	if end.broken {
@@ -597,8 +597,7 @@ func (ws *wsSession) attemptOverHTTP(ctx context.Context, c *call, ch choice) ws
 		res.final = errorEvent(resp.StatusCode, e)
 		return res
 	}
-	src := newSSESource(resp.Body)
-	defer func() { cancel(); resp.Body.Close(); src.drain() }()
+	src := newHTTPSource(resp.Body, cancel)
 	turnState := resp.Header.Get(wire.HeaderTurnState)
 	emit := func(typ string, data []byte, tr *tracker) error {
 		s.metrics.eventsWS.Inc()
