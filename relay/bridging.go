@@ -130,13 +130,13 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 	switch p := c.fields.PreviousResponseID; {
 	case p != "" && lease.State.ResponseID == p:
 		prev, newItems = p, c.fields.Input // the client chains on this very lane
-		if resolved, err := s.conts.Resolve(c.contKey(), p, c.fields.Input); err == nil {
+		if resolved, err := s.fullInput(c); err == nil {
 			full = resolved
 		} else {
 			full = nil
 		}
 	case p != "":
-		resolved, err := s.conts.Resolve(c.contKey(), p, c.fields.Input)
+		resolved, err := s.fullInput(c)
 		if err != nil {
 			lease.Release(lease.State, true)
 			info.status, info.code = http.StatusBadRequest, wire.CodePreviousResponseNotFound

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
@@ -31,6 +32,10 @@ type call struct {
 	force string
 	// fallback is set once the request fell back to the fallback group.
 	fallback bool
+	// resolved memoises fullInput for previous_response_id resolvedFor.
+	resolvedFor string
+	resolved    []json.RawMessage
+	resolveErr  error
 	// turnStateReleased: the account that issued turnState failed this
 	// request before any work; the state binds nothing any more (and is
 	// not forwarded).
@@ -162,13 +167,52 @@ func (s *Server) choose(ctx context.Context, c *call, exclude map[string]bool, l
 	return choice{sel: sel, prefs: prefs, rows: rows, target: Target{Account: acct, Cred: cred}}, nil
 }
 
+// chooseFor selects the account for a request's next attempt, through every
+// way out the rules allow: when the thread's lane (laneOwner) cannot serve,
+// without it (dropLane retires it); when an unavailable owner may be retired
+// (seed 003), without it; when the pool is exhausted, in the fallback group.
+func (s *Server) chooseFor(ctx context.Context, c *call, exclude map[string]bool, laneOwner string, dropLane func()) (choice, error) {
+	ch, err := s.choose(ctx, c, exclude, laneOwner)
+	if err != nil && laneOwner != "" && !errors.As(err, new(*ConflictError)) {
+		// The request moves; the new account gets the full request.
+		dropLane()
+		ch, err = s.choose(ctx, c, exclude, "")
+	}
+	if err != nil && s.retireOwner(ctx, c, ch, err, exclude) {
+		ch, err = s.choose(ctx, c, exclude, "")
+	}
+	if err != nil && s.fallBack(ctx, c, err) {
+		ch, err = s.choose(ctx, c, exclude, "")
+	}
+	return ch, err
+}
+
+// fullInput is the whole input behind the request: its own input, or, when
+// it chains with previous_response_id, the thread's history up to that
+// response plus the new items, from continuity (resolved once per request).
+func (s *Server) fullInput(c *call) ([]json.RawMessage, error) {
+	prev := c.fields.PreviousResponseID
+	if prev == "" {
+		return c.fields.Input, nil
+	}
+	if c.resolvedFor != prev {
+		c.resolvedFor = prev
+		if c.ident.Key == "" {
+			c.resolved, c.resolveErr = nil, continuity.ErrUnknownResponse
+		} else {
+			c.resolved, c.resolveErr = s.conts.Resolve(c.contKey(), prev, c.fields.Input)
+		}
+	}
+	return c.resolved, c.resolveErr
+}
+
 // rebuildable reports whether continuity holds the history behind the
 // request's previous_response_id, so a full request can be sent anywhere.
 func (s *Server) rebuildable(c *call) bool {
-	if c.ident.Key == "" || c.fields.PreviousResponseID == "" {
+	if c.fields.PreviousResponseID == "" {
 		return false
 	}
-	_, err := s.conts.Resolve(c.contKey(), c.fields.PreviousResponseID, nil)
+	_, err := s.fullInput(c)
 	return err == nil
 }
 

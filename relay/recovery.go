@@ -117,6 +117,21 @@ func (r *ciphertextRecovery) after(c *call, account string, f *failure, status i
 	return step
 }
 
+// retry applies after to a rejection on account and reports whether the
+// request goes on (the same account stripped, or another one, which it then
+// excludes); false: the client gets the failure (the first mismatch failure
+// when there was one: see first).
+func (r *ciphertextRecovery) retry(c *call, account string, f *failure, status int, committed, cancelled bool, budgetLeft int, exclude map[string]bool) bool {
+	switch r.after(c, account, f, status, committed, cancelled, budgetLeft) {
+	case stepStripRetry:
+		return true
+	case stepNextAccount:
+		exclude[account] = true
+		return true
+	}
+	return false
+}
+
 // moveIsFailover reports whether a move to another account is an ordinary
 // failover, rather than a step of a more specific recovery already named.
 func (c *call) moveIsFailover() bool {

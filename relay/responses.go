@@ -95,18 +95,7 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 		if s.pool != nil && c.ident.Key != "" && c.sub == "" {
 			laneOwner, _ = s.pool.Owner(s.laneKey(c))
 		}
-		ch, err := s.choose(ctx, c, exclude, laneOwner)
-		if err != nil && laneOwner != "" && !errors.As(err, new(*ConflictError)) {
-			// The lane's account cannot serve: the lane is retired when the
-			// request moves, and the new account gets the full request.
-			ch, err = s.choose(ctx, c, exclude, "")
-		}
-		if err != nil && s.retireOwner(ctx, c, ch, err, exclude) {
-			ch, err = s.choose(ctx, c, exclude, "")
-		}
-		if err != nil && s.fallBack(ctx, c, err) {
-			ch, err = s.choose(ctx, c, exclude, "")
-		}
+		ch, err := s.chooseFor(ctx, c, exclude, laneOwner, func() {})
 		if err != nil {
 			a := selectionAnswer(err, s.cfg.Now())
 			var none *NoAccountError
@@ -153,15 +142,10 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 			return
 		case ActionTerminal:
 			if res.Class == ClassCiphertext && f != nil {
-				switch rc.after(c, ch.target.Account.ID, f, info.status, out.committed, ctx.Err() != nil, s.cfg.MaxAttempts-n) {
-				case stepStripRetry:
-					prevAccount = ch.target.Account.ID
-					continue
-				case stepNextAccount:
+				if rc.retry(c, ch.target.Account.ID, f, info.status, out.committed, ctx.Err() != nil, s.cfg.MaxAttempts-n, exclude) {
 					if first == nil {
 						first = rc.first
 					}
-					exclude[ch.target.Account.ID] = true
 					prevAccount = ch.target.Account.ID
 					continue
 				}
@@ -310,11 +294,9 @@ func (s *Server) attemptHTTP(ctx context.Context, w http.ResponseWriter, out *ss
 	}
 	// The full input the upstream saw, for continuity; nil when the request
 	// chains to a response the relay does not hold.
-	full := c.fields.Input
-	if p := c.fields.PreviousResponseID; p != "" {
-		if full, err = s.conts.Resolve(c.contKey(), p, c.fields.Input); err != nil {
-			full = nil
-		}
+	full, ferr := s.fullInput(c)
+	if ferr != nil {
+		full = nil // continuity does not hold the chain: nothing to remember
 	}
 	end, o, f := s.relaySSE(ctx, out, c, ch, newHTTPSource(resp.Body, cancel), resp.Header, full, nil)
 	info.tr, info.status, info.code, info.firstEvent = end.tr, statusOr(end.status, info.status), end.code, end.firstEvent

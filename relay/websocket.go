@@ -213,19 +213,7 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 		if ws.lane != nil && ws.lane.Alive() {
 			laneOwner = ws.lane.Account
 		}
-		ch, err := s.choose(ctx, c, exclude, laneOwner)
-		if err != nil && laneOwner != "" && !errors.As(err, new(*ConflictError)) {
-			// The lane's account cannot serve now: retire the lane and let
-			// the request move (its history is rebuilt from continuity).
-			ws.retireLane("replaced")
-			ch, err = s.choose(ctx, c, exclude, "")
-		}
-		if err != nil && s.retireOwner(ctx, c, ch, err, exclude) {
-			ch, err = s.choose(ctx, c, exclude, "")
-		}
-		if err != nil && s.fallBack(ctx, c, err) {
-			ch, err = s.choose(ctx, c, exclude, "")
-		}
+		ch, err := s.chooseFor(ctx, c, exclude, laneOwner, func() { ws.retireLane("replaced") })
 		if err != nil {
 			var none *NoAccountError
 			if firstFail != nil && errors.As(err, &none) && none.EarliestReset.IsZero() {
@@ -269,15 +257,10 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 					rc.origBody, rc.origInput = c.body, c.fields.Input
 				}
 				f := &failure{status: res.status, body: res.final}
-				switch rc.after(c, ch.target.Account.ID, f, res.status, false, ctx.Err() != nil, s.cfg.MaxAttempts-n) {
-				case stepStripRetry:
-					prev = ch.target.Account.ID
-					continue
-				case stepNextAccount:
-					if firstFail == nil {
-						firstFail = res.final
+				if rc.retry(c, ch.target.Account.ID, f, res.status, false, ctx.Err() != nil, s.cfg.MaxAttempts-n, exclude) {
+					if firstFail == nil && rc.first != nil {
+						firstFail = rc.first.body
 					}
-					exclude[ch.target.Account.ID] = true
 					prev = ch.target.Account.ID
 					continue
 				}
@@ -419,7 +402,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 	msg := c.body
 	full := c.fields.Input
 	if prev := c.fields.PreviousResponseID; prev != "" {
-		resolved, rerr := s.conts.Resolve(c.contKey(), prev, c.fields.Input)
+		resolved, rerr := s.fullInput(c)
 		if rerr == nil {
 			full = resolved
 		}
@@ -514,7 +497,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		ws.retireLane("closed")
 	}
 	if end.out.Class == ClassPrevNotFound && !end.committed && c.fields.PreviousResponseID != "" && !ws.noChain {
-		if _, err := s.conts.Resolve(c.contKey(), c.fields.PreviousResponseID, nil); err == nil {
+		if s.rebuildable(c) {
 			// The upstream keeps no chains: the relay holds the history, so
 			// the same account gets the full request, now and from here on.
 			ws.noChain = true
@@ -535,7 +518,7 @@ func (ws *wsSession) attemptOverHTTP(ctx context.Context, c *call, ch choice) ws
 	res := wsResult{}
 	full := c.fields.Input
 	if prev := c.fields.PreviousResponseID; prev != "" {
-		resolved, err := s.conts.Resolve(c.contKey(), prev, c.fields.Input)
+		resolved, err := s.fullInput(c)
 		if err != nil {
 			res.out = Outcome{Class: ClassPrevNotFound, Action: ActionTerminal}
 			res.status, res.code = http.StatusBadRequest, wire.CodePreviousResponseNotFound
