@@ -32,6 +32,9 @@ type call struct {
 	force string
 	// fallback is set once the request fell back to the fallback group.
 	fallback bool
+	// fallbackInScope: the key's scope holds a fallback account (as choose
+	// last read the accounts).
+	fallbackInScope bool
 	// resolved memoises fullInput for previous_response_id resolvedFor.
 	resolvedFor string
 	resolved    []json.RawMessage
@@ -84,9 +87,11 @@ func (s *Server) choose(ctx context.Context, c *call, exclude map[string]bool, l
 		return choice{}, err
 	}
 	cands := make([]Candidate, 0, len(accounts))
+	c.fallbackInScope = false
 	for _, a := range accounts {
 		if c.client.key.AllowsAccount(a) {
 			cands = append(cands, Candidate{Account: a, InFlight: s.InFlight(a.ID)})
+			c.fallbackInScope = c.fallbackInScope || isFallback(a)
 		}
 	}
 	rows, err := s.cfg.Store.BindingsFor(ctx, store.BindingLookup{
@@ -181,7 +186,7 @@ func (s *Server) chooseFor(ctx context.Context, c *call, exclude map[string]bool
 	if err != nil && s.retireOwner(ctx, c, ch, err, exclude) {
 		ch, err = s.choose(ctx, c, exclude, "")
 	}
-	if err != nil && s.fallBack(ctx, c, err) {
+	if err != nil && s.fallBack(c, err) {
 		ch, err = s.choose(ctx, c, exclude, "")
 	}
 	return ch, err

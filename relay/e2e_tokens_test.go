@@ -32,7 +32,7 @@ func TestTokenRefreshAfter401(t *testing.T) {
 	h := newHarnessWith(t, withRefresher, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
 	ctx := context.Background()
 	// The relay holds a stale access token for a1 (the sim no longer knows it).
-	require.NoError(t, h.store.SetCredentials(ctx, h.ids["a1"], store.Credentials{AccessToken: "stale", RefreshToken: "rt-a1"}, h.zeroTime()))
+	require.NoError(t, h.store.SetCredentials(ctx, h.ids["a1"], store.Credentials{AccessToken: "stale", RefreshToken: "rt-a1"}, time.Time{}))
 	h.setUsed("a2", 90)
 
 	resp, body := h.post(sessionS, rootT, responseRequest("hello"), nil)
@@ -53,7 +53,7 @@ func TestTokenRefreshAfter401(t *testing.T) {
 	assert.NotEqual(t, "rt-a1", cred.RefreshToken, "the rotated refresh token is stored")
 
 	// a2 now holds a stale token and a refresh token the auth server rejects.
-	require.NoError(t, h.store.SetCredentials(ctx, h.ids["a2"], store.Credentials{AccessToken: "stale", RefreshToken: "rt-revoked"}, h.zeroTime()))
+	require.NoError(t, h.store.SetCredentials(ctx, h.ids["a2"], store.Credentials{AccessToken: "stale", RefreshToken: "rt-revoked"}, time.Time{}))
 	h.setUsed("a2", 0)
 	h.setUsed("a1", 90)
 	resp, body = h.post("019a7777-0000-7000-8000-000000000001", childT, responseRequest("hello"), nil) // a session of its own
@@ -96,7 +96,7 @@ func TestRateLimitsEventsFoldIntoTheAccount(t *testing.T) {
 func TestConcurrentRequestsRefreshOnce(t *testing.T) {
 	t.Parallel()
 	h := newHarnessWith(t, withRefresher, simAccount("a1", "org-a"))
-	require.NoError(t, h.store.SetCredentials(context.Background(), h.ids["a1"], store.Credentials{AccessToken: "stale", RefreshToken: "rt-a1"}, h.zeroTime()))
+	require.NoError(t, h.store.SetCredentials(context.Background(), h.ids["a1"], store.Credentials{AccessToken: "stale", RefreshToken: "rt-a1"}, time.Time{}))
 	const n = 50
 	var wg sync.WaitGroup
 	codes := make(chan int, n)

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -35,9 +34,9 @@ func (c *call) inGroup(a store.Account) bool { return isFallback(a) == c.fallbac
 // the pool exhausted (err is a NoAccountError). It happens once per request,
 // and only when the fallback group has an account in the key's scope. With a
 // fallback model configured, the request asks for it.
-func (s *Server) fallBack(ctx context.Context, c *call, err error) bool {
+func (s *Server) fallBack(c *call, err error) bool {
 	var none *NoAccountError
-	if c.fallback || !errors.As(err, &none) || !s.hasFallback(ctx, c) {
+	if c.fallback || !errors.As(err, &none) || !c.fallbackInScope {
 		return false
 	}
 	c.fallback, c.recovery = true, RecoveryFallback
@@ -47,19 +46,6 @@ func (s *Server) fallBack(ctx context.Context, c *call, err error) bool {
 		}
 	}
 	return true
-}
-
-func (s *Server) hasFallback(ctx context.Context, c *call) bool {
-	accounts, err := s.cfg.Store.Accounts(ctx)
-	if err != nil {
-		return false
-	}
-	for _, a := range accounts {
-		if isFallback(a) && c.client.key.AllowsAccount(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // setModel replaces the body's model.

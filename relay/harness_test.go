@@ -257,5 +257,3 @@ func userMessage(text string) map[string]any {
 func storeFilterThread(thread string) store.AttemptFilter {
 	return store.AttemptFilter{ThreadID: thread}
 }
-
-func (h *harness) zeroTime() (z time.Time) { return z }
