@@ -32,35 +32,39 @@ type traffic struct {
 
 func (s *Server) recentTraffic(ctx context.Context, since time.Time) (traffic, error) {
 	var t traffic
-	for off := 0; ; off += maxPageLimit {
-		rows, total, err := s.cfg.Store.Requests(ctx, store.RequestFilter{Limit: maxPageLimit, Offset: off})
+	var capped bool
+	var err error
+	t.requests, capped, err = window(func(off int) ([]store.RequestRecord, int, error) {
+		return s.cfg.Store.Requests(ctx, store.RequestFilter{Since: since, Limit: maxPageLimit, Offset: off})
+	})
+	if err != nil {
+		return t, err
+	}
+	t.capped = capped
+	t.attempts, capped, err = window(func(off int) ([]store.Attempt, int, error) {
+		return s.cfg.Store.Attempts(ctx, store.AttemptFilter{Since: since, Limit: maxPageLimit, Offset: off})
+	})
+	t.capped = t.capped || capped
+	return t, err
+}
+
+// window reads a time window of rows page by page, up to overviewMaxRows,
+// and reports whether it stopped there (capped).
+func window[T any](page func(off int) ([]T, int, error)) ([]T, bool, error) {
+	var out []T
+	for {
+		rows, total, err := page(len(out))
 		if err != nil {
-			return t, err
+			return out, false, err
 		}
-		t.requests = append(t.requests, rows...)
-		if len(rows) == 0 || rows[len(rows)-1].StartedAt.Before(since) || off+len(rows) >= total {
-			break
+		out = append(out, rows...)
+		if len(rows) == 0 || len(out) >= total {
+			return out, false, nil
 		}
-		if len(t.requests) >= overviewMaxRows {
-			t.capped = true
-			break
+		if len(out) >= overviewMaxRows {
+			return out, true, nil
 		}
 	}
-	for off := 0; ; off += maxPageLimit {
-		rows, total, err := s.cfg.Store.Attempts(ctx, store.AttemptFilter{Limit: maxPageLimit, Offset: off})
-		if err != nil {
-			return t, err
-		}
-		t.attempts = append(t.attempts, rows...)
-		if len(rows) == 0 || rows[len(rows)-1].StartedAt.Before(since) || off+len(rows) >= total {
-			break
-		}
-		if len(t.attempts) >= overviewMaxRows {
-			t.capped = true
-			break
-		}
-	}
-	return t, nil
 }
 
 // overview gathers what the overview shows.

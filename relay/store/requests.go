@@ -81,7 +81,9 @@ func (s *Store) LogRequest(ctx context.Context, r RequestRecord) error {
 // RequestFilter selects request log rows; empty fields do not filter.
 type RequestFilter struct {
 	ThreadID, SessionID, AccountID, ClientKeyID, Transport string
-	Limit, Offset                                          int
+	// Since, when set, keeps rows started at or after it.
+	Since         time.Time
+	Limit, Offset int
 }
 
 // Requests lists request log rows, newest first, and how many match.
@@ -94,6 +96,10 @@ func (s *Store) Requests(ctx context.Context, f RequestFilter) ([]RequestRecord,
 			conds = append(conds, c.col+" = ?")
 			args = append(args, c.v)
 		}
+	}
+	if !f.Since.IsZero() {
+		conds = append(conds, "started_at >= ?")
+		args = append(args, f.Since.UnixMilli())
 	}
 	where := strings.Join(conds, " AND ")
 	var total int
@@ -193,7 +199,9 @@ type attemptRow struct {
 // AttemptFilter selects diagnostics; empty fields do not filter.
 type AttemptFilter struct {
 	Class, Recovery, AccountID, RequestID, ThreadID string
-	Limit, Offset                                   int
+	// Since, when set, keeps attempts started at or after it.
+	Since         time.Time
+	Limit, Offset int
 }
 
 // Attempts lists attempt records, newest first, and how many match.
@@ -206,6 +214,10 @@ func (s *Store) Attempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, 
 			conds = append(conds, c.col+" = ?")
 			args = append(args, c.v)
 		}
+	}
+	if !f.Since.IsZero() {
+		conds = append(conds, "started_at >= ?")
+		args = append(args, f.Since.UnixMilli())
 	}
 	where := strings.Join(conds, " AND ")
 	var total int
