@@ -40,8 +40,8 @@ type wsSession struct {
 	lane   *bridge.Lane // owned by the serving loop; read by laneInfo under infoMu
 	// infoMu guards the fields operators read from other goroutines.
 	infoMu    sync.Mutex
-	laneView  *LaneInfo // guarded by infoMu; a copy of the live lane's description
-	resetLane bool      // guarded by infoMu; an operator reset asks the loop to drop the lane
+	laneView  *bridge.Lane // guarded by infoMu; the live lane, for laneInfo
+	resetLane bool         // guarded by infoMu; an operator reset asks the loop to drop the lane
 	// turnState is this thread's proxy-generated turn state, when the
 	// upstream gives none; owned by the serving loop.
 	turnState string
@@ -301,7 +301,7 @@ func (ws *wsSession) retireLane(why string) {
 	ws.s.metrics.lanes.WithLabelValues(why).Inc()
 }
 
-func (ws *wsSession) setLaneView(v *LaneInfo) {
+func (ws *wsSession) setLaneView(v *bridge.Lane) {
 	ws.infoMu.Lock()
 	ws.laneView = v
 	ws.infoMu.Unlock()
@@ -311,10 +311,12 @@ func (ws *wsSession) setLaneView(v *LaneInfo) {
 func (ws *wsSession) laneInfo() (LaneInfo, bool) {
 	ws.infoMu.Lock()
 	defer ws.infoMu.Unlock()
-	if ws.laneView == nil {
+	l := ws.laneView
+	if l == nil {
 		return LaneInfo{}, false
 	}
-	return *ws.laneView, true
+	return LaneInfo{Kind: "direct", AccountID: l.Account, SessionID: ws.ident.Session, ThreadID: ws.ident.Thread,
+		ThreadKey: string(ws.ident.Key), OpenedAt: l.Opened, Requests: l.Requests.Load()}, true
 }
 
 // requestLaneReset asks the serving loop to drop the lane before the next
@@ -334,32 +336,17 @@ func (ws *wsSession) takeLaneReset() bool {
 	return r
 }
 
-// wsResult is how one attempt over a lane ended.
-type wsResult struct {
-	out        Outcome
-	final      []byte // the event to send the client when the request ends here
-	clientErr  error  // the client connection failed
-	status     int
-	code       string
-	detail     string
-	firstEvent time.Duration
-	tr         tracker
-	// sameAccount: the lane broke for a reason of its own (connection age);
-	// the next attempt may use the same account on a fresh lane.
-	sameAccount bool
-}
-
 // attempt sends the request over a lane of ch's account and forwards its
 // events. Events before the first semantic one are held back so a failure
 // before any work can move to another account unseen.
-func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
+func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) laneEnd {
 	s := ws.s
 	acct := ch.target.Account.ID
 	cnt := s.counter(acct)
 	cnt.Add(1)
 	defer cnt.Add(-1)
 	now := s.cfg.Now()
-	res := wsResult{}
+	res := laneEnd{}
 
 	if ws.lane != nil && (!ws.lane.Alive() || ws.lane.Account != acct) {
 		ws.retireLane("replaced")
@@ -388,8 +375,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 			return res
 		}
 		ws.lane = l
-		ws.setLaneView(&LaneInfo{Kind: "direct", AccountID: acct, SessionID: c.ident.Session, ThreadID: c.ident.Thread,
-			ThreadKey: string(c.ident.Key), OpenedAt: l.Opened})
+		ws.setLaneView(l)
 		s.foldUsage(context.WithoutCancel(ctx), acct, l.Header)
 	} else {
 		s.metrics.lanes.WithLabelValues("reused").Inc()
@@ -479,24 +465,17 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 		if tr.responseID != "" {
 			l.Known[tr.responseID] = true
 		}
-		ws.infoMu.Lock()
-		if ws.laneView != nil {
-			ws.laneView.Requests++
-		}
-		ws.infoMu.Unlock()
 		if c.ident.Key != "" && tr.responseID != "" {
 			s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
 				AccountID: acct, Organization: ch.target.Account.Organization, TurnState: firstNonEmpty(tr.turnState, upstreamTurnState)})
 		}
 		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	}
-	end := s.pumpLane(ctx, c, acct, newLaneSource(l), emit, settle)
-	res.tr, res.status, res.code, res.detail = end.tr, end.status, end.code, end.detail
-	res.out, res.final, res.firstEvent, res.sameAccount, res.clientErr = end.out, end.final, end.firstEvent, end.sameAccount, end.clientErr
-	if end.broken {
+	res = s.pumpLane(ctx, c, acct, newLaneSource(l), emit, settle)
+	if res.broken {
 		ws.retireLane("closed")
 	}
-	if end.out.Class == ClassPrevNotFound && !end.committed && c.fields.PreviousResponseID != "" && !ws.noChain {
+	if res.out.Class == ClassPrevNotFound && !res.committed && c.fields.PreviousResponseID != "" && !ws.noChain {
 		if s.rebuildable(c) {
 			// The upstream keeps no chains: the relay holds the history, so
 			// the same account gets the full request, now and from here on.
@@ -512,10 +491,10 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) wsResult {
 // upstream speaks HTTP only: the full request (rebuilt from continuity when
 // it chains) goes as a POST, and the SSE events come back as frames. A
 // prewarm is answered by the relay itself: an HTTP upstream would generate.
-func (ws *wsSession) attemptOverHTTP(ctx context.Context, c *call, ch choice) wsResult {
+func (ws *wsSession) attemptOverHTTP(ctx context.Context, c *call, ch choice) laneEnd {
 	s := ws.s
 	acct := ch.target.Account.ID
-	res := wsResult{}
+	res := laneEnd{}
 	full := c.fields.Input
 	if prev := c.fields.PreviousResponseID; prev != "" {
 		resolved, err := s.fullInput(c)
@@ -596,9 +575,7 @@ func (ws *wsSession) attemptOverHTTP(ctx context.Context, c *call, ch choice) ws
 		}
 		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	}
-	end := s.pumpLane(ctx, c, acct, src, emit, settle)
-	res.tr, res.status, res.code, res.detail = end.tr, end.status, end.code, end.detail
-	res.out, res.final, res.firstEvent, res.clientErr = end.out, end.final, end.firstEvent, end.clientErr
+	res = s.pumpLane(ctx, c, acct, src, emit, settle)
 	res.detail = firstNonEmpty(res.detail, "http: the upstream speaks HTTP only")
 	return res
 }
