@@ -88,19 +88,10 @@ func (s *Store) AuditLog(ctx context.Context, f AuditFilter) ([]AuditEntry, int,
 	} else if f.Action != "" {
 		conds, args = append(conds, "action = ?"), append(args, f.Action)
 	}
-	where := strings.Join(conds, " AND ")
-	var total int
-	if err := s.db.GetContext(ctx, &total, s.q(`SELECT COUNT(*) FROM audit_log WHERE `+where), args...); err != nil {
-		return nil, 0, fmt.Errorf("count audit entries: %w", err)
-	}
-	limit := f.Limit
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
 	var rows []auditRow
-	if err := s.db.SelectContext(ctx, &rows, s.q(`SELECT `+auditColumns+` FROM audit_log WHERE `+where+
-		` ORDER BY at DESC, id DESC LIMIT ? OFFSET ?`), append(args, limit, max(f.Offset, 0))...); err != nil {
-		return nil, 0, fmt.Errorf("list audit entries: %w", err)
+	total, err := s.page(ctx, &rows, "audit_log", auditColumns, strings.Join(conds, " AND "), args, "at DESC, id DESC", f.Limit, f.Offset)
+	if err != nil {
+		return nil, 0, err
 	}
 	out := make([]AuditEntry, len(rows))
 	for i, r := range rows {

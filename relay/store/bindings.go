@@ -299,19 +299,10 @@ func (f BindingFilter) where(now int64) (string, []any) {
 // match in all.
 func (s *Store) Bindings(ctx context.Context, f BindingFilter) ([]Binding, int, error) {
 	where, args := f.where(s.now().UnixMilli())
-	var total int
-	if err := s.db.GetContext(ctx, &total, s.q(`SELECT COUNT(*) FROM bindings WHERE `+where), args...); err != nil {
-		return nil, 0, fmt.Errorf("count bindings: %w", err)
-	}
-	limit := f.Limit
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
 	var rows []bindingRow
-	err := s.db.SelectContext(ctx, &rows, s.q(`SELECT `+bindingColumns+` FROM bindings WHERE `+where+
-		` ORDER BY last_seen_at DESC, id DESC LIMIT ? OFFSET ?`), append(args, limit, max(f.Offset, 0))...)
+	total, err := s.page(ctx, &rows, "bindings", bindingColumns, where, args, "last_seen_at DESC, id DESC", f.Limit, f.Offset)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list bindings: %w", err)
+		return nil, 0, err
 	}
 	out := make([]Binding, len(rows))
 	for i, r := range rows {

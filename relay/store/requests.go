@@ -88,32 +88,12 @@ type RequestFilter struct {
 
 // Requests lists request log rows, newest first, and how many match.
 func (s *Store) Requests(ctx context.Context, f RequestFilter) ([]RequestRecord, int, error) {
-	conds := []string{"1 = 1"}
-	var args []any
-	for _, c := range []struct{ col, v string }{{"thread_id", f.ThreadID}, {"session_id", f.SessionID},
-		{"account_id", f.AccountID}, {"client_key_id", f.ClientKeyID}, {"transport", f.Transport}} {
-		if c.v != "" {
-			conds = append(conds, c.col+" = ?")
-			args = append(args, c.v)
-		}
-	}
-	if !f.Since.IsZero() {
-		conds = append(conds, "started_at >= ?")
-		args = append(args, f.Since.UnixMilli())
-	}
-	where := strings.Join(conds, " AND ")
-	var total int
-	if err := s.db.GetContext(ctx, &total, s.q(`SELECT COUNT(*) FROM requests WHERE `+where), args...); err != nil {
-		return nil, 0, fmt.Errorf("count requests: %w", err)
-	}
-	limit := f.Limit
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
+	where, args := filterWhere([]colValue{{"thread_id", f.ThreadID}, {"session_id", f.SessionID},
+		{"account_id", f.AccountID}, {"client_key_id", f.ClientKeyID}, {"transport", f.Transport}}, f.Since)
 	var rows []requestRow
-	if err := s.db.SelectContext(ctx, &rows, s.q(`SELECT `+requestColumns+` FROM requests WHERE `+where+` ORDER BY started_at DESC, id DESC LIMIT ? OFFSET ?`),
-		append(args, limit, max(f.Offset, 0))...); err != nil {
-		return nil, 0, fmt.Errorf("list requests: %w", err)
+	total, err := s.page(ctx, &rows, "requests", requestColumns, where, args, "started_at DESC, id DESC", f.Limit, f.Offset)
+	if err != nil {
+		return nil, 0, err
 	}
 	out := make([]RequestRecord, len(rows))
 	for i, r := range rows {
@@ -206,32 +186,12 @@ type AttemptFilter struct {
 
 // Attempts lists attempt records, newest first, and how many match.
 func (s *Store) Attempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, error) {
-	conds := []string{"1 = 1"}
-	var args []any
-	for _, c := range []struct{ col, v string }{{"class", f.Class}, {"recovery", f.Recovery}, {"account_id", f.AccountID},
-		{"request_id", f.RequestID}, {"thread_id", f.ThreadID}} {
-		if c.v != "" {
-			conds = append(conds, c.col+" = ?")
-			args = append(args, c.v)
-		}
-	}
-	if !f.Since.IsZero() {
-		conds = append(conds, "started_at >= ?")
-		args = append(args, f.Since.UnixMilli())
-	}
-	where := strings.Join(conds, " AND ")
-	var total int
-	if err := s.db.GetContext(ctx, &total, s.q(`SELECT COUNT(*) FROM attempts WHERE `+where), args...); err != nil {
-		return nil, 0, fmt.Errorf("count attempts: %w", err)
-	}
-	limit := f.Limit
-	if limit <= 0 || limit > 1000 {
-		limit = 100
-	}
+	where, args := filterWhere([]colValue{{"class", f.Class}, {"recovery", f.Recovery}, {"account_id", f.AccountID},
+		{"request_id", f.RequestID}, {"thread_id", f.ThreadID}}, f.Since)
 	var rows []attemptRow
-	if err := s.db.SelectContext(ctx, &rows, s.q(`SELECT `+attemptColumns+` FROM attempts WHERE `+where+` ORDER BY started_at DESC, seq DESC LIMIT ? OFFSET ?`),
-		append(args, limit, max(f.Offset, 0))...); err != nil {
-		return nil, 0, fmt.Errorf("list attempts: %w", err)
+	total, err := s.page(ctx, &rows, "attempts", attemptColumns, where, args, "started_at DESC, seq DESC", f.Limit, f.Offset)
+	if err != nil {
+		return nil, 0, err
 	}
 	out := make([]Attempt, len(rows))
 	for i, r := range rows {
@@ -269,4 +229,42 @@ func (s *Store) UpdateUsage(ctx context.Context, id string, primary, secondary W
 	args = append(args, now, id)
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE accounts SET `+strings.Join(sets, ", ")+` WHERE id = ?`), args...)
 	return affectedOne(res, err, "update usage", id)
+}
+
+// colValue is an equality filter; an empty value does not filter.
+type colValue struct{ col, v string }
+
+// filterWhere builds the WHERE clause of a listing: one equality per set
+// value, and started_at at or after since when it is set.
+func filterWhere(eq []colValue, since time.Time) (string, []any) {
+	conds := []string{"1 = 1"}
+	var args []any
+	for _, c := range eq {
+		if c.v != "" {
+			conds = append(conds, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	if !since.IsZero() {
+		conds = append(conds, "started_at >= ?")
+		args = append(args, since.UnixMilli())
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// page counts the rows of table matching where and reads one page of them
+// into dest. limit is 1 to 1000 (default 100).
+func (s *Store) page(ctx context.Context, dest any, table, columns, where string, args []any, order string, limit, offset int) (int, error) {
+	var total int
+	if err := s.db.GetContext(ctx, &total, s.q(`SELECT COUNT(*) FROM `+table+` WHERE `+where), args...); err != nil {
+		return 0, fmt.Errorf("count %s: %w", table, err)
+	}
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	if err := s.db.SelectContext(ctx, dest, s.q(`SELECT `+columns+` FROM `+table+` WHERE `+where+` ORDER BY `+order+` LIMIT ? OFFSET ?`),
+		append(args, limit, max(offset, 0))...); err != nil {
+		return 0, fmt.Errorf("list %s: %w", table, err)
+	}
+	return total, nil
 }
