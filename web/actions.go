@@ -82,7 +82,7 @@ func (s *Server) pinBinding(c echo.Context, kind store.BindingKind, raw, account
 
 // addAccount validates and stores a new account; action is account.create
 // or account.import.
-func (s *Server) addAccount(c echo.Context, f accountForm, action string) (store.Account, error) {
+func (s *Server) addAccount(c echo.Context, f AccountForm, action string) (store.Account, error) {
 	a, cred, err := f.newAccount()
 	if err != nil {
 		return store.Account{}, err
@@ -129,7 +129,7 @@ func (s *Server) probeAccount(c echo.Context, id string) (store.Account, error) 
 
 // issueKey validates and creates a client key; the secret is in the second
 // result, to be shown once.
-func (s *Server) issueKey(c echo.Context, f keyForm) (store.ClientKey, string, error) {
+func (s *Server) issueKey(c echo.Context, f KeyForm) (store.ClientKey, string, error) {
 	k, err := s.newClientKey(c, f)
 	if err != nil {
 		return store.ClientKey{}, "", err

@@ -17,8 +17,8 @@ const (
 	DefaultOpenAIBaseURL  = "https://api.openai.com/v1"
 )
 
-// accountView is an account as the API shows it. It never holds credentials.
-type accountView struct {
+// AccountView is an account as the API shows it. It never holds credentials.
+type AccountView struct {
 	ID              string     `json:"id"`
 	Kind            string     `json:"kind"`
 	Label           string     `json:"label"`
@@ -35,18 +35,18 @@ type accountView struct {
 	Priority        int        `json:"priority"`
 	MaxConcurrency  int        `json:"max_concurrency"`
 	AccessExpiresAt *time.Time `json:"access_expires_at,omitempty"`
-	Usage           usageView  `json:"usage"`
+	Usage           UsageView  `json:"usage"`
 	CreatedAt       time.Time  `json:"created_at"`
 	UpdatedAt       time.Time  `json:"updated_at"`
 }
 
-type usageView struct {
-	Primary   *windowView `json:"primary"`
-	Secondary *windowView `json:"secondary"`
+type UsageView struct {
+	Primary   *WindowView `json:"primary"`
+	Secondary *WindowView `json:"secondary"`
 	UpdatedAt *time.Time  `json:"updated_at"`
 }
 
-type windowView struct {
+type WindowView struct {
 	UsedPercent   float64    `json:"used_percent"`
 	WindowMinutes int        `json:"window_minutes"`
 	ResetAt       *time.Time `json:"reset_at"`
@@ -59,32 +59,32 @@ func optTime(t time.Time) *time.Time {
 	return &t
 }
 
-func viewWindow(w store.Window) *windowView {
+func viewWindow(w store.Window) *WindowView {
 	if !w.Known {
 		return nil
 	}
-	return &windowView{UsedPercent: w.UsedPercent, WindowMinutes: w.WindowMinutes, ResetAt: optTime(w.ResetAt)}
+	return &WindowView{UsedPercent: w.UsedPercent, WindowMinutes: w.WindowMinutes, ResetAt: optTime(w.ResetAt)}
 }
 
-func viewAccount(a store.Account) accountView {
+func viewAccount(a store.Account) AccountView {
 	tags := a.Tags
 	if tags == nil {
 		tags = []string{}
 	}
-	return accountView{
+	return AccountView{
 		ID: a.ID, Kind: string(a.Kind), Label: a.Label, BaseURL: a.BaseURL, Organization: a.Organization,
 		AccountID: a.ChatGPTAccountID, Email: a.Email, PlanType: a.PlanType, Tags: tags,
 		Status: string(a.Status), StatusReason: a.StatusReason, StatusUntil: optTime(a.StatusUntil),
 		StatusChangedAt: a.StatusChangedAt, Priority: a.Priority, MaxConcurrency: a.MaxConcurrency,
 		AccessExpiresAt: optTime(a.AccessExpiresAt),
-		Usage:           usageView{Primary: viewWindow(a.Primary), Secondary: viewWindow(a.Secondary), UpdatedAt: optTime(a.UsageUpdatedAt)},
+		Usage:           UsageView{Primary: viewWindow(a.Primary), Secondary: viewWindow(a.Secondary), UpdatedAt: optTime(a.UsageUpdatedAt)},
 		CreatedAt:       a.CreatedAt, UpdatedAt: a.UpdatedAt,
 	}
 }
 
-// accountForm is the body of POST /accounts and PATCH /accounts/{id}. On
+// AccountForm is the body of POST /accounts and PATCH /accounts/{id}. On
 // PATCH, absent fields are kept and credential fields given replace theirs.
-type accountForm struct {
+type AccountForm struct {
 	Label          *string   `json:"label"`
 	Kind           *string   `json:"kind"`
 	BaseURL        *string   `json:"base_url"`
@@ -120,7 +120,7 @@ func validBaseURL(raw string) error {
 	return nil
 }
 
-func (f accountForm) validateCommon() error {
+func (f AccountForm) validateCommon() error {
 	if f.Label != nil && str(f.Label) == "" {
 		return badField("label", "must not be blank")
 	}
@@ -139,7 +139,7 @@ func (f accountForm) validateCommon() error {
 }
 
 // newAccount turns a creation form into an account and its credentials.
-func (f accountForm) newAccount() (store.Account, store.Credentials, error) {
+func (f AccountForm) newAccount() (store.Account, store.Credentials, error) {
 	if err := f.validateCommon(); err != nil {
 		return store.Account{}, store.Credentials{}, err
 	}
@@ -218,7 +218,7 @@ func (s *Server) listAccounts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]accountView, len(accounts))
+	out := make([]AccountView, len(accounts))
 	for i, a := range accounts {
 		out[i] = viewAccount(a)
 	}
@@ -226,7 +226,7 @@ func (s *Server) listAccounts(c echo.Context) error {
 }
 
 func (s *Server) createAccount(c echo.Context) error {
-	var f accountForm
+	var f AccountForm
 	if err := decodeJSON(c, &f); err != nil {
 		return err
 	}
@@ -249,7 +249,7 @@ func (s *Server) getAccount(c echo.Context) error {
 func (s *Server) patchAccount(c echo.Context) error {
 	ctx := c.Request().Context()
 	id := c.Param("id")
-	var f accountForm
+	var f AccountForm
 	if err := decodeJSON(c, &f); err != nil {
 		return err
 	}
@@ -317,7 +317,7 @@ func (s *Server) patchAccount(c echo.Context) error {
 
 // fieldsGiven names the fields a PATCH sets (never their values: some are
 // credentials), for the audit log.
-func (f accountForm) fieldsGiven() []string {
+func (f AccountForm) fieldsGiven() []string {
 	var out []string
 	for _, p := range []struct {
 		name string

@@ -9,8 +9,8 @@ import (
 	"github.com/codexrelay/codex-relay/relay/store"
 )
 
-// bindingView is a binding as the API shows it.
-type bindingView struct {
+// BindingView is a binding as the API shows it.
+type BindingView struct {
 	ID        string     `json:"id"`
 	Kind      string     `json:"kind"`
 	Strength  string     `json:"strength"`
@@ -29,8 +29,8 @@ type bindingView struct {
 
 func isPin(k store.BindingKind) bool { return k == store.BindRawSession || k == store.BindRawThread }
 
-func viewBinding(b store.Binding) bindingView {
-	return bindingView{ID: b.ID, Kind: string(b.Kind), Strength: string(b.Strength), Pin: isPin(b.Kind),
+func viewBinding(b store.Binding) BindingView {
+	return BindingView{ID: b.ID, Kind: string(b.Kind), Strength: string(b.Strength), Pin: isPin(b.Kind),
 		AccountID: b.AccountID, ClientKey: b.ClientScope, SessionID: b.SessionID, ThreadID: b.ThreadID, Key: b.Key,
 		Source: b.Source, CreatedAt: b.CreatedAt, LastSeen: b.LastSeenAt, ExpiresAt: optTime(b.ExpiresAt),
 		Abandoned: b.AbandonedScope}
@@ -45,7 +45,7 @@ func (s *Server) listBindings(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]bindingView, len(rows))
+	out := make([]BindingView, len(rows))
 	for i, b := range rows {
 		out[i] = viewBinding(b)
 	}

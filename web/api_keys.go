@@ -11,9 +11,9 @@ import (
 	"github.com/codexrelay/codex-relay/relay/store"
 )
 
-// keyView is a client key as the API shows it; Key is set only in the answer
+// KeyView is a client key as the API shows it; Key is set only in the answer
 // that created it.
-type keyView struct {
+type KeyView struct {
 	ID           string     `json:"id"`
 	Name         string     `json:"name"`
 	Prefix       string     `json:"prefix"`
@@ -35,18 +35,18 @@ func nonNil(l []string) []string {
 	return l
 }
 
-func viewKey(k store.ClientKey) keyView {
-	return keyView{
+func viewKey(k store.ClientKey) KeyView {
+	return KeyView{
 		ID: k.ID, Name: k.Name, Prefix: k.Prefix, AccountIDs: nonNil(k.ScopeAccounts), AccountTag: k.ScopeTag,
 		Models: nonNil(k.Models), ExpiresAt: optTime(k.ExpiresAt), CreatedAt: k.CreatedAt,
 		LastUsedAt: optTime(k.LastUsedAt), RevokedAt: optTime(k.RevokedAt), RequestCount: k.RequestCount,
 	}
 }
 
-// keyForm is the body of POST /keys. Scope: account_ids, or account_tag, or
+// KeyForm is the body of POST /keys. Scope: account_ids, or account_tag, or
 // neither for every account. Expiry: expires_at (RFC 3339) or expires_in (a
 // Go duration such as "720h").
-type keyForm struct {
+type KeyForm struct {
 	Name       string   `json:"name"`
 	AccountIDs []string `json:"account_ids"`
 	AccountTag string   `json:"account_tag"`
@@ -56,7 +56,7 @@ type keyForm struct {
 }
 
 // newClientKey validates a key form into the key to create.
-func (s *Server) newClientKey(c echo.Context, f keyForm) (store.ClientKey, error) {
+func (s *Server) newClientKey(c echo.Context, f KeyForm) (store.ClientKey, error) {
 	k := store.ClientKey{Name: strings.TrimSpace(f.Name), ScopeTag: strings.TrimSpace(f.AccountTag)}
 	for _, m := range f.Models {
 		if m = strings.TrimSpace(m); m != "" {
@@ -105,7 +105,7 @@ func (s *Server) newClientKey(c echo.Context, f keyForm) (store.ClientKey, error
 }
 
 func (s *Server) createKey(c echo.Context) error {
-	var f keyForm
+	var f KeyForm
 	if err := decodeJSON(c, &f); err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func (s *Server) listKeys(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]keyView, len(keys))
+	out := make([]KeyView, len(keys))
 	for i, k := range keys {
 		out[i] = viewKey(k)
 	}

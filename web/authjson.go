@@ -41,7 +41,7 @@ func (s *Server) importAuthJSON(c echo.Context, data []byte, label, organization
 			continue
 		}
 		kind := string(im.Kind)
-		f := accountForm{Kind: &kind, Label: ptrOr(label, im.Label()), Organization: ptrOr(organization, im.Organization)}
+		f := AccountForm{Kind: &kind, Label: ptrOr(label, im.Label()), Organization: ptrOr(organization, im.Organization)}
 		if im.Kind == store.KindChatGPT {
 			cred := im.Credentials
 			f.AccessToken, f.RefreshToken, f.IDToken = &cred.AccessToken, &cred.RefreshToken, &cred.IDToken

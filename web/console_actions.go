@@ -58,15 +58,15 @@ func parseAccountAddForm(c echo.Context) accountAddForm {
 		AccountID: v("account_id"), Email: v("email"), Tags: v("tags")}
 }
 
-// accountForm maps the console form onto the API's: blank fields are absent.
-func (f accountAddForm) accountForm() accountForm {
+// AccountForm maps the console form onto the API's: blank fields are absent.
+func (f accountAddForm) AccountForm() AccountForm {
 	opt := func(v string) *string {
 		if v == "" {
 			return nil
 		}
 		return &v
 	}
-	out := accountForm{Kind: opt(f.Kind), Label: opt(f.Label), BaseURL: opt(f.BaseURL), Organization: opt(f.Organization),
+	out := AccountForm{Kind: opt(f.Kind), Label: opt(f.Label), BaseURL: opt(f.BaseURL), Organization: opt(f.Organization),
 		APIKey: opt(f.APIKey), AccessToken: opt(f.AccessToken), RefreshToken: opt(f.RefreshToken), IDToken: opt(f.IDToken),
 		AccountID: opt(f.AccountID), Email: opt(f.Email)}
 	if tags := splitComma(f.Tags); len(tags) > 0 {
@@ -87,7 +87,7 @@ func splitComma(s string) []string {
 
 func (s *Server) consoleAddAccount(c echo.Context) error {
 	f := parseAccountAddForm(c)
-	a, err := s.addAccount(c, f.accountForm(), "account.create")
+	a, err := s.addAccount(c, f.AccountForm(), "account.create")
 	if err != nil {
 		msg, fix := fixable(err)
 		if !fix {
@@ -248,7 +248,7 @@ func (s *Server) consoleCreateKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	k, secret, err := s.issueKey(c, keyForm{Name: f.Name, AccountIDs: f.AccountIDs, AccountTag: f.AccountTag,
+	k, secret, err := s.issueKey(c, KeyForm{Name: f.Name, AccountIDs: f.AccountIDs, AccountTag: f.AccountTag,
 		Models: splitComma(f.Models), ExpiresIn: f.ExpiresIn})
 	if err != nil {
 		msg, fix := fixable(err)

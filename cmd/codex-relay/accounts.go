@@ -15,6 +15,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/relay/oauth"
 	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/web"
 )
 
 const accountsPurpose = `Manage the relay's upstream accounts through its admin API: ChatGPT logins
@@ -35,51 +36,13 @@ func runAccounts(ctx context.Context, c cli, args []string) error {
 	}, accountVerbs, args)
 }
 
-// apiAccount is an account as the admin API shows it.
-type apiAccount struct {
-	ID             string     `json:"id"`
-	Kind           string     `json:"kind"`
-	Label          string     `json:"label"`
-	BaseURL        string     `json:"base_url"`
-	Organization   string     `json:"organization"`
-	AccountID      string     `json:"account_id"`
-	Email          string     `json:"email"`
-	PlanType       string     `json:"plan_type"`
-	Tags           []string   `json:"tags"`
-	Status         string     `json:"status"`
-	StatusReason   string     `json:"status_reason"`
-	StatusUntil    *time.Time `json:"status_until"`
-	Priority       int        `json:"priority"`
-	MaxConcurrency int        `json:"max_concurrency"`
-	Usage          struct {
-		Primary   *apiWindow `json:"primary"`
-		Secondary *apiWindow `json:"secondary"`
-	} `json:"usage"`
-}
-
-type apiWindow struct {
-	UsedPercent float64    `json:"used_percent"`
-	ResetAt     *time.Time `json:"reset_at"`
-}
-
-// accountInput is the body of POST /accounts and PATCH /accounts/{id};
-// nil fields are left out.
-type accountInput struct {
-	Label          *string   `json:"label,omitempty"`
-	Kind           *string   `json:"kind,omitempty"`
-	BaseURL        *string   `json:"base_url,omitempty"`
-	Organization   *string   `json:"organization,omitempty"`
-	APIKey         *string   `json:"api_key,omitempty"`
-	AccessToken    *string   `json:"access_token,omitempty"`
-	RefreshToken   *string   `json:"refresh_token,omitempty"`
-	IDToken        *string   `json:"id_token,omitempty"`
-	AccountID      *string   `json:"account_id,omitempty"`
-	Email          *string   `json:"email,omitempty"`
-	PlanType       *string   `json:"plan_type,omitempty"`
-	Tags           *[]string `json:"tags,omitempty"`
-	Priority       *int      `json:"priority,omitempty"`
-	MaxConcurrency *int      `json:"max_concurrency,omitempty"`
-}
+// The admin API's own types: what the CLI sends and reads cannot drift from
+// what the API serves.
+type (
+	apiAccount   = web.AccountView
+	apiWindow    = web.WindowView
+	accountInput = web.AccountForm
+)
 
 func ptr[T any](v T) *T { return &v }
 

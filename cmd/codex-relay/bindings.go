@@ -8,7 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
+
+	"github.com/codexrelay/codex-relay/web"
 )
 
 const bindingsPurpose = `See and reset bindings: which account serves each thread and process session,
@@ -24,21 +25,8 @@ func runBindings(ctx context.Context, c cli, args []string) error {
 	}, bindingVerbs, args)
 }
 
-// apiBinding is a binding as the admin API shows it.
-type apiBinding struct {
-	ID        string     `json:"id"`
-	Kind      string     `json:"kind"`
-	Strength  string     `json:"strength"`
-	Pin       bool       `json:"pin"`
-	AccountID string     `json:"account_id"`
-	ClientKey string     `json:"client_key"`
-	SessionID string     `json:"session_id"`
-	ThreadID  string     `json:"thread_id"`
-	Source    string     `json:"source"`
-	CreatedAt time.Time  `json:"created_at"`
-	LastSeen  time.Time  `json:"last_seen_at"`
-	ExpiresAt *time.Time `json:"expires_at"`
-}
+// apiBinding is the admin API's own binding type.
+type apiBinding = web.BindingView
 
 const bindingsListPurpose = `List bindings, most recently seen first: kind (pins marked), strength, account,
 session, thread, client key, how each was set, and when it expires.`

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/codexrelay/codex-relay/web"
 )
 
 const keysPurpose = `Manage client keys: the keys Codex sends to the relay (Authorization: Bearer
@@ -25,30 +27,11 @@ func runKeys(ctx context.Context, c cli, args []string) error {
 	}, keyVerbs, args)
 }
 
-// apiKey is a client key as the admin API shows it.
-type apiKey struct {
-	ID           string     `json:"id"`
-	Name         string     `json:"name"`
-	Prefix       string     `json:"prefix"`
-	Key          string     `json:"key"`
-	AccountIDs   []string   `json:"account_ids"`
-	AccountTag   string     `json:"account_tag"`
-	Models       []string   `json:"models"`
-	ExpiresAt    *time.Time `json:"expires_at"`
-	CreatedAt    time.Time  `json:"created_at"`
-	LastUsedAt   *time.Time `json:"last_used_at"`
-	RevokedAt    *time.Time `json:"revoked_at"`
-	RequestCount int64      `json:"request_count"`
-}
-
-// keyInput is the body of POST /keys.
-type keyInput struct {
-	Name       string   `json:"name"`
-	AccountIDs []string `json:"account_ids,omitempty"`
-	AccountTag string   `json:"account_tag,omitempty"`
-	Models     []string `json:"models,omitempty"`
-	ExpiresIn  string   `json:"expires_in,omitempty"`
-}
+// The admin API's own types for client keys.
+type (
+	apiKey   = web.KeyView
+	keyInput = web.KeyForm
+)
 
 const keysCreatePurpose = `Create a client key for Codex. The key is printed once, with the Codex
 configuration that uses it; the relay keeps only its hash.`
