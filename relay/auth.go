@@ -43,9 +43,19 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (client, bool) {
 	return cl, true
 }
 
-// identityAnswer is the client's answer to a malformed identity.
-func identityAnswer(w http.ResponseWriter, err error) {
-	writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
+// admitIdentified is admit followed by parsing the request's identity
+// headers; it answers the client itself when either fails.
+func (s *Server) admitIdentified(w http.ResponseWriter, r *http.Request) (client, Identity, bool) {
+	cl, ok := s.admit(w, r)
+	if !ok {
+		return client{}, Identity{}, false
+	}
+	ident, err := ParseIdentity(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
+		return client{}, Identity{}, false
+	}
+	return cl, ident, true
 }
 
 // authenticate admits a request bearing a usable relay client key; with no

@@ -11,13 +11,8 @@ import (
 // the thread's account when it has one, else the balancer's choice.
 func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	cl, ok := s.admit(w, r)
+	cl, ident, ok := s.admitIdentified(w, r)
 	if !ok {
-		return
-	}
-	ident, err := ParseIdentity(r.Header)
-	if err != nil {
-		identityAnswer(w, err)
 		return
 	}
 	ch, ok := s.chooseOrAnswer(ctx, w, &call{client: cl, ident: ident, header: r.Header})

@@ -22,7 +22,7 @@ const maxErrorBody = 1 << 20
 func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub string) {
 	ctx := r.Context()
 	c := &call{id: store.NewID("req", s.cfg.Now()), start: s.cfg.Now(), transport: "http", path: r.URL.Path, sub: sub}
-	cl, ok := s.admit(w, r)
+	cl, ident, ok := s.admitIdentified(w, r)
 	if !ok {
 		return
 	}
@@ -36,11 +36,6 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 	fields, err := continuity.RequestFields(body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: "the request body is not a valid Responses request: " + err.Error()})
-		return
-	}
-	ident, err := ParseIdentity(r.Header)
-	if err != nil {
-		identityAnswer(w, err)
 		return
 	}
 	if !cl.allowsModel(fields.Model) {

@@ -52,13 +52,8 @@ type wsSession struct {
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	cl, ok := s.admit(w, r)
+	cl, ident, ok := s.admitIdentified(w, r)
 	if !ok {
-		return
-	}
-	ident, err := ParseIdentity(r.Header)
-	if err != nil {
-		identityAnswer(w, err)
 		return
 	}
 	s.sessions.Add(1)
