@@ -195,7 +195,7 @@ func TestWebSocketChainsAndRebuildsOnAnotherAccount(t *testing.T) {
 func TestWebSocketConnectionLimitIsInvisible(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, simAccount("a1", "org-a"))
-	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultWebSocketMaxAge, MaxAge: upstreamtest.Duration(300 * time.Millisecond), Times: 1})
+	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultWebSocketMaxAge, MaxAge: upstreamtest.Duration(time.Second), Times: 1})
 	require.NoError(t, err)
 	c := h.dialWS(sessionS, rootT)
 	typ, id1 := lastEvent(c.turn(responseRequest("one")))
@@ -203,7 +203,7 @@ func TestWebSocketConnectionLimitIsInvisible(t *testing.T) {
 
 	// Let the lane pass its maximum age: the sim then sends the limit error
 	// and closes it (idle), or answers the next message with it.
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
 
 	events := c.turn(map[string]any{"model": "gpt-5.5-codex", "previous_response_id": id1, "input": []any{userMessage("two")}})
 	typ, _ = lastEvent(events)

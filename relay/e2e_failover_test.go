@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -79,16 +80,25 @@ func TestCodexUsageLimitAfterOutputIsTerminal(t *testing.T) {
 func TestRateLimitedAccountReturnsAfterItsReset(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, simAccount("a1", "org-a"))
-	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultUsageLimit, Account: "a1", Times: 1, ResetsIn: upstreamtest.Duration(time.Second)})
+	// resets_at travels in whole seconds, so the rest may end up to a
+	// second before the sim's own reset: leave room on both sides.
+	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultUsageLimit, Account: "a1", Times: 1, ResetsIn: upstreamtest.Duration(3 * time.Second)})
 	require.NoError(t, err)
 	resp, body := h.post(sessionS, rootT, responseRequest("one"), nil)
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
-	assert.Contains(t, body, "resets_at")
+	var answer struct {
+		Error struct {
+			ResetsAt int64 `json:"resets_at"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &answer), body)
+	require.NotZero(t, answer.Error.ResetsAt, body)
+	resetsAt := time.Unix(answer.Error.ResetsAt, 0)
 	assert.Equal(t, store.StatusRateLimited, statusOf(t, h, "a1"))
 
 	resp, _ = h.post(sessionS, rootT, responseRequest("too soon"), nil)
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "still resting before its reset")
-	time.Sleep(1500 * time.Millisecond) // the simulated reset
+	time.Sleep(time.Until(resetsAt) + 300*time.Millisecond)
 	resp, body = h.post(sessionS, rootT, responseRequest("after the reset"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	assert.Equal(t, store.StatusActive, statusOf(t, h, "a1"), "a success clears the limit")
