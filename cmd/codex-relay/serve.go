@@ -82,7 +82,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 		if err != nil {
 			return store.Account{}, err
 		}
-		if a.Kind == store.KindChatGPT {
+		if poller.Polls(a) {
 			return poller.PollOnce(ctx, a) // usage windows from the upstream, and recovery after a reset
 		}
 		if status, ok := oauth.Recover(a, time.Now()); ok {

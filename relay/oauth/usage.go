@@ -19,13 +19,16 @@ import (
 const DefaultUsageURL = "https://chatgpt.com/backend-api/wham/usage"
 
 // UsageURL is the usage endpoint that goes with an account's base URL: the
-// base's /backend-api root followed by /wham/usage (so an account on the sim
-// polls the sim), else DefaultUsageURL.
+// base's /backend-api root followed by /wham/usage (DefaultUsageURL for the
+// default base, the sim's own for an account on the sim). A base without a
+// /backend-api root has no usage endpoint the operator configured, so it
+// returns "": the relay calls no host an operator did not name, and such an
+// account learns its usage from response headers and events alone.
 func UsageURL(baseURL string) string {
 	if i := strings.Index(baseURL, "/backend-api"); i >= 0 {
 		return baseURL[:i] + "/backend-api/wham/usage"
 	}
-	return DefaultUsageURL
+	return ""
 }
 
 // TokenSource hands out fresh credentials; *Refresher is one.
@@ -179,9 +182,9 @@ func decideStatus(a store.Account, u Usage, now time.Time) (statusChange, bool) 
 // (see decideStatus): this is the probe that returns a limited account to
 // active after its reset. A failed fetch changes nothing. It returns the
 // account as stored afterwards. Accounts other than chatgpt are returned
-// unchanged.
+// unchanged, and so are accounts without a usage endpoint (see Polls).
 func (p *UsagePoller) PollOnce(ctx context.Context, a store.Account) (store.Account, error) {
-	if a.Kind != store.KindChatGPT {
+	if !p.Polls(a) {
 		return a, nil
 	}
 	u, err := p.Fetch(ctx, a)
@@ -207,6 +210,16 @@ func (p *UsagePoller) PollOnce(ctx context.Context, a store.Account) (store.Acco
 	return cur, nil
 }
 
+// Polls reports whether the poller reads this account's usage: a chatgpt
+// account with a usage endpoint (the configured one, else its base URL's).
+func (p *UsagePoller) Polls(a store.Account) bool {
+	return a.Kind == store.KindChatGPT && p.usageURL(a) != ""
+}
+
+func (p *UsagePoller) usageURL(a store.Account) string {
+	return firstNonEmpty(p.cfg.UsageURL, UsageURL(a.BaseURL))
+}
+
 // Fetch reads the account's usage: GET {usage URL} with its access token
 // and ChatGPT-Account-Id. After a 401 it asks Tokens for a refreshed token
 // once and tries again.
@@ -229,7 +242,10 @@ func (p *UsagePoller) Fetch(ctx context.Context, a store.Account) (Usage, error)
 func (p *UsagePoller) fetch(ctx context.Context, a store.Account, accessToken string) (Usage, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	u := firstNonEmpty(p.cfg.UsageURL, UsageURL(a.BaseURL))
+	u := p.usageURL(a)
+	if u == "" {
+		return Usage{}, fmt.Errorf("usage endpoint: account %s has none (base URL without /backend-api)", a.ID)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return Usage{}, err
@@ -317,7 +333,7 @@ func (p *UsagePoller) PollAll(ctx context.Context) (time.Time, error) {
 	)
 	sem := make(chan struct{}, p.cfg.Concurrency)
 	for _, a := range accounts {
-		if a.Kind != store.KindChatGPT {
+		if !p.Polls(a) {
 			continue
 		}
 		switch a.Status {

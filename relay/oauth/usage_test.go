@@ -60,7 +60,8 @@ func TestUsageURL(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t, oauth.DefaultUsageURL, oauth.UsageURL("https://chatgpt.com/backend-api/codex"))
 	assert.Equal(t, "http://127.0.0.1:9/backend-api/wham/usage", oauth.UsageURL("http://127.0.0.1:9/backend-api/codex"))
-	assert.Equal(t, oauth.DefaultUsageURL, oauth.UsageURL("https://api.openai.com/v1"))
+	assert.Empty(t, oauth.UsageURL("https://api.openai.com/v1"), "no endpoint the operator named: nothing is polled")
+	assert.Empty(t, oauth.UsageURL("http://127.0.0.1:9/codex"))
 }
 
 // usageEnv is a sim, a store and a poller sharing one clock.
@@ -113,6 +114,18 @@ func TestPollOnceWritesWindows(t *testing.T) {
 			_, err = env.poller.PollOnce(ctx, key)
 			require.NoError(t, err)
 			assert.Len(t, env.sim.Records(upstreamtest.RecordFilter{Route: upstreamtest.RouteUsage}), 1)
+
+			// A chatgpt account on a base without a /backend-api root has no
+			// usage endpoint anyone named: nothing is called (not chatgpt.com).
+			bare := sa
+			bare.ID = "a2"
+			other := addAccount(t, st, env.sim, bare, time.Time{})
+			other, err = st.UpdateAccount(ctx, other.ID, store.AccountPatch{BaseURL: new("http://127.0.0.1:9/codex")})
+			require.NoError(t, err)
+			assert.False(t, env.poller.Polls(other))
+			got, err = env.poller.PollOnce(ctx, other)
+			require.NoError(t, err, "no request was tried")
+			assert.False(t, got.Primary.Known)
 		})
 	}
 }
