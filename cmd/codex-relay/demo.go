@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -37,28 +38,11 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 		return err
 	}
 
-	sim, err := upstreamtest.New(upstreamtest.Config{Accounts: demoSimAccounts(), Logger: log.With("component", "sim")})
+	sim, stopSim, err := startSim(upstreamtest.Config{Accounts: demoSimAccounts(), Logger: log.With("component", "sim")}, *simAddr, log)
 	if err != nil {
-		return fmt.Errorf("demo: sim: %w", err)
+		return fmt.Errorf("demo: %w", err)
 	}
-	defer sim.Close()
-	simLn, err := net.Listen("tcp", *simAddr)
-	if err != nil {
-		return fmt.Errorf("demo: sim listen: %w", err)
-	}
-	sim.URL = "http://" + simLn.Addr().String()
-	simSrv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
-	simDone := make(chan error, 1)
-	go func() { simDone <- simSrv.Serve(simLn) }()
-	defer func() {
-		sim.Close()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = simSrv.Shutdown(sctx)
-		if err := <-simDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("sim stopped", "err", err)
-		}
-	}()
+	defer stopSim()
 
 	if db.databaseURL == "" {
 		dir, err := os.MkdirTemp("", "codex-relay-demo-*")
@@ -89,6 +73,33 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 	return serveRelay(ctx, c, st, adminHash, *addr, 5*time.Second, log, relayOptions{tokenURL: sim.TokenURL(), sessionKey: sessionKey(secret)}, func(a string) {
 		printDemoBanner(c, a, key, sim.URL, st.Location().String())
 	})
+}
+
+// startSim serves a simulated upstream on addr (port 0 picks a free one);
+// stop closes its connections and shuts its server down.
+func startSim(cfg upstreamtest.Config, addr string, log *slog.Logger) (sim *upstreamtest.Server, stop func(), err error) {
+	sim, err = upstreamtest.New(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sim: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		sim.Close()
+		return nil, nil, fmt.Errorf("sim listen: %w", err)
+	}
+	sim.URL = "http://" + ln.Addr().String()
+	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	return sim, func() {
+		sim.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("sim stopped", "err", err)
+		}
+	}, nil
 }
 
 // addDemoAccounts registers the sim's accounts with the relay (once: a

@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
+	"log/slog"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
@@ -80,38 +77,13 @@ func runSim(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	sim, err := upstreamtest.New(cfg)
+	sim, stop, err := startSim(cfg, o.addr, slog.New(slog.NewTextHandler(c.stderr, nil)))
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	defer sim.Close()
-
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		return fmt.Errorf("sim: listen: %w", err)
-	}
-	sim.URL = "http://" + ln.Addr().String()
-	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
 	printSimBanner(c.stdout, sim)
-
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("sim: serve: %w", err)
-	case <-ctx.Done():
-	}
-	// Close the sim first: it ends stalled streams and WebSocket connections,
-	// which Shutdown would otherwise wait for.
-	sim.Close()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("sim: shutdown: %w", err)
-	}
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("sim: serve: %w", err)
-	}
+	<-ctx.Done()
+	stop() // closes the sim first: stalled streams and WebSockets end, then the server shuts down
 	fmt.Fprintln(c.stdout, "sim: stopped")
 	return nil
 }
