@@ -270,8 +270,9 @@ func (s *Server) settle(ctx context.Context, c *call, ch choice, responseID stri
 			}
 		}
 		var touch []string
+		now := s.cfg.Now()
 		for _, b := range ch.rows {
-			if b.Strength == store.Soft && b.AccountID == ch.target.Account.ID {
+			if b.Strength == store.Soft && b.AccountID == ch.target.Account.ID && needsTouch(b.LastSeenAt, now, s.cfg.BindingTTL) {
 				touch = append(touch, b.ID)
 			}
 		}
@@ -288,6 +289,14 @@ func (s *Server) settle(ctx context.Context, c *call, ch choice, responseID stri
 			s.log.Warn("mark account active", "account", a.ID, "err", err)
 		}
 	}
+}
+
+// needsTouch reports whether a soft row last seen at seen is due a refresh:
+// once a sixtieth of its TTL has passed (six minutes of six hours), not on
+// every turn of an active thread. The row's expiry then lags the thread's
+// last activity by at most that much.
+func needsTouch(seen, now time.Time, ttl time.Duration) bool {
+	return now.Sub(seen) >= ttl/60
 }
 
 // penalise applies an outcome's penalty to an account.

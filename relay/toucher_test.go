@@ -42,3 +42,24 @@ func TestActiveThreadIsTouchedByItsEvents(t *testing.T) {
 	_, ok = conts.Lookup(quiet.contKey())
 	assert.False(t, ok, "the idle one expired")
 }
+
+// Soft rows of an active thread are refreshed once a sixtieth of their TTL
+// has passed, not on every turn.
+func TestNeedsTouch(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		ago  time.Duration
+		ttl  time.Duration
+		want bool
+	}{
+		{0, 6 * time.Hour, false},
+		{5 * time.Minute, 6 * time.Hour, false},
+		{6 * time.Minute, 6 * time.Hour, true},
+		{2 * time.Hour, 6 * time.Hour, true},
+		{time.Second, time.Minute, true},
+		{500 * time.Millisecond, time.Minute, false},
+	} {
+		assert.Equal(t, tc.want, needsTouch(now.Add(-tc.ago), now, tc.ttl), "seen %s ago, ttl %s", tc.ago, tc.ttl)
+	}
+}

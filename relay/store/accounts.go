@@ -181,6 +181,7 @@ func (s *Store) openCredentials(id, sealed string) (Credentials, error) {
 // CreateAccount stores a new account with its credentials, encrypted. The
 // id, status (active unless set), and timestamps are filled in.
 func (s *Store) CreateAccount(ctx context.Context, a Account, c Credentials) (Account, error) {
+	defer s.accts.changed()
 	now := s.now()
 	if a.ID == "" {
 		a.ID = NewID("acc", now)
@@ -195,10 +196,10 @@ func (s *Store) CreateAccount(ctx context.Context, a Account, c Credentials) (Ac
 	if err != nil {
 		return Account{}, fmt.Errorf("create account: %w", err)
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO accounts (id, kind, label, base_url, organization,
+	_, err = s.exec(ctx, `INSERT INTO accounts (id, kind, label, base_url, organization,
 		chatgpt_account_id, email, plan_type, tags, status, status_reason, status_until, status_changed_at,
 		priority, max_concurrency, credentials, access_expires_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, string(a.Kind), a.Label, a.BaseURL, a.Organization, a.ChatGPTAccountID, a.Email, a.PlanType,
 		joinList(a.Tags), string(a.Status), a.StatusReason, millis(a.StatusUntil), now.UnixMilli(),
 		a.Priority, a.MaxConcurrency, sealed, millis(a.AccessExpiresAt), now.UnixMilli(), now.UnixMilli())
@@ -214,7 +215,7 @@ func (s *Store) CreateAccount(ctx context.Context, a Account, c Credentials) (Ac
 // Account reads one account by id.
 func (s *Store) Account(ctx context.Context, id string) (Account, error) {
 	var r accountRow
-	err := s.db.GetContext(ctx, &r, s.q(`SELECT `+accountColumns+` FROM accounts WHERE id = ?`), id)
+	err := s.get(ctx, &r, `SELECT `+accountColumns+` FROM accounts WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Account{}, fmt.Errorf("account %s: %w", id, ErrNotFound)
 	}
@@ -225,15 +226,23 @@ func (s *Store) Account(ctx context.Context, id string) (Account, error) {
 }
 
 // Accounts lists every account, highest priority first, then by creation.
+// A listing is reused for up to a second (see accountsTTL) unless a write
+// through this Store changed an account.
 func (s *Store) Accounts(ctx context.Context) ([]Account, error) {
+	at := s.now()
+	list, gen, ok := s.accts.cached(at)
+	if ok {
+		return list, nil
+	}
 	var rows []accountRow
-	if err := s.db.SelectContext(ctx, &rows, `SELECT `+accountColumns+` FROM accounts ORDER BY priority DESC, created_at, id`); err != nil {
+	if err := s.selectAll(ctx, &rows, `SELECT `+accountColumns+` FROM accounts ORDER BY priority DESC, created_at, id`); err != nil {
 		return nil, fmt.Errorf("list accounts: %w", err)
 	}
 	out := make([]Account, len(rows))
 	for i, r := range rows {
 		out[i] = r.account()
 	}
+	s.accts.keep(out, gen, at)
 	return out, nil
 }
 
@@ -252,6 +261,7 @@ type AccountPatch struct {
 
 // UpdateAccount applies p to the account and returns it as stored.
 func (s *Store) UpdateAccount(ctx context.Context, id string, p AccountPatch) (Account, error) {
+	defer s.accts.changed()
 	var sets []string
 	var args []any
 	add := func(col string, v any) { sets = append(sets, col+" = ?"); args = append(args, v) }
@@ -294,12 +304,13 @@ func (s *Store) UpdateAccount(ctx context.Context, id string, p AccountPatch) (A
 // SetAccountStatus records a new status with its reason and end time (zero
 // for none). It returns the account as stored.
 func (s *Store) SetAccountStatus(ctx context.Context, id string, st Status, reason string, until time.Time) (Account, error) {
+	defer s.accts.changed()
 	if !st.Valid() {
 		return Account{}, fmt.Errorf("set status: unknown status %q", st)
 	}
 	now := s.now().UnixMilli()
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE accounts SET status = ?, status_reason = ?, status_until = ?,
-		status_changed_at = ?, updated_at = ? WHERE id = ?`), string(st), reason, millis(until), now, now, id)
+	res, err := s.exec(ctx, `UPDATE accounts SET status = ?, status_reason = ?, status_until = ?,
+		status_changed_at = ?, updated_at = ? WHERE id = ?`, string(st), reason, millis(until), now, now, id)
 	if err := affectedOne(res, err, "set account status", id); err != nil {
 		return Account{}, err
 	}
@@ -308,6 +319,7 @@ func (s *Store) SetAccountStatus(ctx context.Context, id string, st Status, reas
 
 // DeleteAccount removes an account and every binding that points at it.
 func (s *Store) DeleteAccount(ctx context.Context, id string) error {
+	defer s.accts.changed()
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("delete account: %w", err)
@@ -326,7 +338,7 @@ func (s *Store) DeleteAccount(ctx context.Context, id string) error {
 // Credentials decrypts an account's secrets.
 func (s *Store) Credentials(ctx context.Context, id string) (Credentials, error) {
 	var sealed string
-	err := s.db.GetContext(ctx, &sealed, s.q(`SELECT credentials FROM accounts WHERE id = ?`), id)
+	err := s.get(ctx, &sealed, `SELECT credentials FROM accounts WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Credentials{}, fmt.Errorf("account %s: %w", id, ErrNotFound)
 	}
@@ -338,11 +350,12 @@ func (s *Store) Credentials(ctx context.Context, id string) (Credentials, error)
 
 // SetCredentials replaces an account's secrets and access-token expiry.
 func (s *Store) SetCredentials(ctx context.Context, id string, c Credentials, accessExpiresAt time.Time) error {
+	defer s.accts.changed()
 	sealed, err := s.sealCredentials(id, c)
 	if err != nil {
 		return fmt.Errorf("set credentials: %w", err)
 	}
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE accounts SET credentials = ?, access_expires_at = ?, updated_at = ? WHERE id = ?`),
+	res, err := s.exec(ctx, `UPDATE accounts SET credentials = ?, access_expires_at = ?, updated_at = ? WHERE id = ?`,
 		sealed, millis(accessExpiresAt), s.now().UnixMilli(), id)
 	return affectedOne(res, err, "set credentials", id)
 }

@@ -45,7 +45,7 @@ func (s *Store) RecordAudit(ctx context.Context, e AuditEntry) (AuditEntry, erro
 		e.ID = auditID(e.At)
 	}
 	e.At = time.UnixMilli(e.At.UnixMilli()).UTC()
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO audit_log (`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+	_, err := s.exec(ctx, `INSERT INTO audit_log (`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		e.ID, e.At.UnixMilli(), e.Actor, e.Address, e.Action, e.Target, e.Detail)
 	if err != nil {
 		return AuditEntry{}, fmt.Errorf("record audit: %w", err)

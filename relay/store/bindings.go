@@ -127,8 +127,8 @@ func (s *Store) BindingsFor(ctx context.Context, l BindingLookup) ([]Binding, er
 	}
 	args = append(args, s.now().UnixMilli())
 	var rows []bindingRow
-	err := s.db.SelectContext(ctx, &rows, s.q(`SELECT `+bindingColumns+` FROM bindings WHERE (`+strings.Join(conds, " OR ")+`)
-		AND (expires_at IS NULL OR expires_at > ?) AND abandoned_scope IS NULL`), args...)
+	err := s.selectAll(ctx, &rows, `SELECT `+bindingColumns+` FROM bindings WHERE (`+strings.Join(conds, " OR ")+`)
+		AND (expires_at IS NULL OR expires_at > ?) AND abandoned_scope IS NULL`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read bindings: %w", err)
 	}
@@ -227,18 +227,18 @@ func (s *Store) Pin(ctx context.Context, kind BindingKind, raw, accountID, sourc
 	} else {
 		threadID = raw
 	}
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO bindings (id, binding_key, kind, strength, account_id, client_scope,
+	_, err := s.exec(ctx, `INSERT INTO bindings (id, binding_key, kind, strength, account_id, client_scope,
 		session_id, thread_id, source, created_at, last_seen_at, expires_at)
 		VALUES (?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?, NULL)
 		ON CONFLICT (kind, binding_key, client_scope) DO UPDATE SET account_id = excluded.account_id,
-			source = excluded.source, last_seen_at = excluded.last_seen_at, abandoned_scope = NULL`),
+			source = excluded.source, last_seen_at = excluded.last_seen_at, abandoned_scope = NULL`,
 		NewID("bnd", now), raw, string(kind), string(Hard), accountID, sessionID, threadID, source,
 		now.UnixMilli(), now.UnixMilli())
 	if err != nil {
 		return Binding{}, fmt.Errorf("pin: %w", err)
 	}
 	var r bindingRow
-	if err := s.db.GetContext(ctx, &r, s.q(`SELECT `+bindingColumns+` FROM bindings WHERE kind = ? AND binding_key = ? AND client_scope = ''`),
+	if err := s.get(ctx, &r, `SELECT `+bindingColumns+` FROM bindings WHERE kind = ? AND binding_key = ? AND client_scope = ''`,
 		string(kind), raw); err != nil {
 		return Binding{}, fmt.Errorf("pin: %w", err)
 	}
@@ -248,7 +248,7 @@ func (s *Store) Pin(ctx context.Context, kind BindingKind, raw, accountID, sourc
 // Binding reads one binding by id.
 func (s *Store) Binding(ctx context.Context, id string) (Binding, error) {
 	var r bindingRow
-	err := s.db.GetContext(ctx, &r, s.q(`SELECT `+bindingColumns+` FROM bindings WHERE id = ?`), id)
+	err := s.get(ctx, &r, `SELECT `+bindingColumns+` FROM bindings WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Binding{}, fmt.Errorf("binding %s: %w", id, ErrNotFound)
 	}
@@ -352,7 +352,7 @@ func (s *Store) ResetBindings(ctx context.Context, r BindingReset) ([]Binding, e
 
 // DeleteExpiredBindings removes soft rows past their expiry and reports how many.
 func (s *Store) DeleteExpiredBindings(ctx context.Context) (int64, error) {
-	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM bindings WHERE expires_at IS NOT NULL AND expires_at <= ?`), s.now().UnixMilli())
+	res, err := s.exec(ctx, `DELETE FROM bindings WHERE expires_at IS NOT NULL AND expires_at <= ?`, s.now().UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("delete expired bindings: %w", err)
 	}

@@ -118,8 +118,8 @@ func (s *Store) CreateClientKey(ctx context.Context, k ClientKey) (ClientKey, st
 	secret := NewSecret(ClientKeyPrefix)
 	k.ID = NewID("key", now)
 	k.Prefix = secret[:len(ClientKeyPrefix)+6]
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO client_keys (id, name, prefix, key_hash, scope_accounts,
-		scope_tag, models, expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err := s.exec(ctx, `INSERT INTO client_keys (id, name, prefix, key_hash, scope_accounts,
+		scope_tag, models, expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		k.ID, k.Name, k.Prefix, HashClientKey(secret), joinList(k.ScopeAccounts), strings.TrimSpace(k.ScopeTag),
 		joinList(k.Models), millis(k.ExpiresAt), now.UnixMilli())
 	if err != nil {
@@ -132,7 +132,7 @@ func (s *Store) CreateClientKey(ctx context.Context, k ClientKey) (ClientKey, st
 // ClientKey reads one key by id.
 func (s *Store) ClientKey(ctx context.Context, id string) (ClientKey, error) {
 	var r clientKeyRow
-	err := s.db.GetContext(ctx, &r, s.q(`SELECT `+clientKeyColumns+` FROM client_keys WHERE id = ?`), id)
+	err := s.get(ctx, &r, `SELECT `+clientKeyColumns+` FROM client_keys WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ClientKey{}, fmt.Errorf("client key %s: %w", id, ErrNotFound)
 	}
@@ -145,7 +145,7 @@ func (s *Store) ClientKey(ctx context.Context, id string) (ClientKey, error) {
 // ClientKeys lists every key, revoked ones included, newest first.
 func (s *Store) ClientKeys(ctx context.Context) ([]ClientKey, error) {
 	var rows []clientKeyRow
-	if err := s.db.SelectContext(ctx, &rows, `SELECT `+clientKeyColumns+` FROM client_keys ORDER BY created_at DESC, id DESC`); err != nil {
+	if err := s.selectAll(ctx, &rows, `SELECT `+clientKeyColumns+` FROM client_keys ORDER BY created_at DESC, id DESC`); err != nil {
 		return nil, fmt.Errorf("list client keys: %w", err)
 	}
 	out := make([]ClientKey, len(rows))
@@ -157,7 +157,7 @@ func (s *Store) ClientKeys(ctx context.Context) ([]ClientKey, error) {
 
 // RevokeClientKey revokes a key at once; revoking twice keeps the first time.
 func (s *Store) RevokeClientKey(ctx context.Context, id string) (ClientKey, error) {
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE client_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`),
+	res, err := s.exec(ctx, `UPDATE client_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`,
 		s.now().UnixMilli(), id)
 	if err := affectedOne(res, err, "revoke client key", id); err != nil {
 		return ClientKey{}, err
@@ -174,7 +174,7 @@ func (s *Store) AuthenticateClientKey(ctx context.Context, secret string) (Clien
 		return ClientKey{}, ErrKeyRejected
 	}
 	var r clientKeyRow
-	err := s.db.GetContext(ctx, &r, s.q(`SELECT `+clientKeyColumns+` FROM client_keys WHERE key_hash = ?`), HashClientKey(secret))
+	err := s.get(ctx, &r, `SELECT `+clientKeyColumns+` FROM client_keys WHERE key_hash = ?`, HashClientKey(secret))
 	if errors.Is(err, sql.ErrNoRows) {
 		return ClientKey{}, ErrKeyRejected
 	}
@@ -193,7 +193,7 @@ func (s *Store) AuthenticateClientKey(ctx context.Context, secret string) (Clien
 func (s *Store) CountClientKeys(ctx context.Context) (int, error) {
 	var n int
 	now := s.now().UnixMilli()
-	err := s.db.GetContext(ctx, &n, s.q(`SELECT COUNT(*) FROM client_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`), now)
+	err := s.get(ctx, &n, `SELECT COUNT(*) FROM client_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`, now)
 	if err != nil {
 		return 0, fmt.Errorf("count client keys: %w", err)
 	}
@@ -202,7 +202,7 @@ func (s *Store) CountClientKeys(ctx context.Context) (int, error) {
 
 // TouchClientKey records one request made with the key.
 func (s *Store) TouchClientKey(ctx context.Context, id string) error {
-	_, err := s.db.ExecContext(ctx, s.q(`UPDATE client_keys SET last_used_at = ?, request_count = request_count + 1 WHERE id = ?`),
+	_, err := s.exec(ctx, `UPDATE client_keys SET last_used_at = ?, request_count = request_count + 1 WHERE id = ?`,
 		s.now().UnixMilli(), id)
 	if err != nil {
 		return fmt.Errorf("touch client key: %w", err)

@@ -45,7 +45,7 @@ func (s *Store) TokenState(ctx context.Context, id string) (Credentials, time.Ti
 		Credentials     string `db:"credentials"`
 		AccessExpiresAt *int64 `db:"access_expires_at"`
 	}
-	err := s.db.GetContext(ctx, &row, s.q(`SELECT credentials, access_expires_at FROM accounts WHERE id = ?`), id)
+	err := s.get(ctx, &row, `SELECT credentials, access_expires_at FROM accounts WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Credentials{}, time.Time{}, fmt.Errorf("account %s: %w", id, ErrNotFound)
 	}
@@ -71,11 +71,11 @@ func (s *Store) ClaimRefresh(ctx context.Context, accountID, owner string, ttl t
 	now := s.now()
 	c := RefreshClaim{AccountID: accountID, ID: NewID("rcl", now), Owner: owner,
 		ClaimedAt: now.Truncate(time.Millisecond).UTC(), ExpiresAt: now.Add(ttl).Truncate(time.Millisecond).UTC()}
-	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO token_refresh_claims (account_id, claim_id, owner, claimed_at, expires_at)
+	res, err := s.exec(ctx, `INSERT INTO token_refresh_claims (account_id, claim_id, owner, claimed_at, expires_at)
 		VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (account_id) DO UPDATE SET claim_id = excluded.claim_id, owner = excluded.owner,
 			claimed_at = excluded.claimed_at, expires_at = excluded.expires_at
-		WHERE token_refresh_claims.expires_at <= ?`),
+		WHERE token_refresh_claims.expires_at <= ?`,
 		c.AccountID, c.ID, c.Owner, c.ClaimedAt.UnixMilli(), c.ExpiresAt.UnixMilli(), now.UnixMilli())
 	if err != nil {
 		return RefreshClaim{}, false, fmt.Errorf("claim refresh of %s: %w", accountID, err)
@@ -102,8 +102,8 @@ func (s *Store) ClaimRefresh(ctx context.Context, accountID, owner string, ttl t
 // when there is none (or only a lapsed one).
 func (s *Store) RefreshClaimOf(ctx context.Context, accountID string) (RefreshClaim, bool, error) {
 	var r refreshClaimRow
-	err := s.db.GetContext(ctx, &r, s.q(`SELECT account_id, claim_id, owner, claimed_at, expires_at
-		FROM token_refresh_claims WHERE account_id = ? AND expires_at > ?`), accountID, s.now().UnixMilli())
+	err := s.get(ctx, &r, `SELECT account_id, claim_id, owner, claimed_at, expires_at
+		FROM token_refresh_claims WHERE account_id = ? AND expires_at > ?`, accountID, s.now().UnixMilli())
 	if errors.Is(err, sql.ErrNoRows) {
 		return RefreshClaim{}, false, nil
 	}
@@ -117,7 +117,7 @@ func (s *Store) RefreshClaimOf(ctx context.Context, accountID string) (RefreshCl
 // not needed, failed, or was rejected). A claim that was taken over after it
 // lapsed belongs to someone else and is left alone.
 func (s *Store) ReleaseRefresh(ctx context.Context, c RefreshClaim) error {
-	_, err := s.db.ExecContext(ctx, s.q(`DELETE FROM token_refresh_claims WHERE account_id = ? AND claim_id = ?`), c.AccountID, c.ID)
+	_, err := s.exec(ctx, `DELETE FROM token_refresh_claims WHERE account_id = ? AND claim_id = ?`, c.AccountID, c.ID)
 	if err != nil {
 		return fmt.Errorf("release refresh claim of %s: %w", c.AccountID, err)
 	}
@@ -132,6 +132,7 @@ func (s *Store) ReleaseRefresh(ctx context.Context, c RefreshClaim) error {
 // has already spent the old refresh token, so the rotated one is the only
 // one that works, and losing it would lose the account.
 func (s *Store) CommitRefresh(ctx context.Context, c RefreshClaim, cred Credentials, accessExpiresAt time.Time) error {
+	defer s.accts.changed()
 	sealed, err := s.sealCredentials(c.AccountID, cred)
 	if err != nil {
 		return fmt.Errorf("commit refresh: %w", err)

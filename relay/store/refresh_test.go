@@ -14,24 +14,6 @@ import (
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
 )
 
-// manualClock is a clock a test moves by hand.
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // A refresh claim is exclusive while it lives, lapses at its expiry so a
 // crashed holder cannot block an account forever, and is given up by
 // release or commit; a late release of a claim taken over drops nothing.
@@ -39,8 +21,8 @@ func TestRefreshClaims(t *testing.T) {
 	for _, b := range storetest.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := context.Background()
-			clock := &manualClock{now: time.UnixMilli(1_800_000_000_000).UTC()}
-			s := storetest.Open(t, b.URL(t), store.Options{Now: clock.Now})
+			clk := &clock{t: time.UnixMilli(1_800_000_000_000).UTC()}
+			s := storetest.Open(t, b.URL(t), store.Options{Now: clk.Now})
 			a, err := s.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: "a", ChatGPTAccountID: "ws-a"},
 				store.Credentials{AccessToken: "at-1", RefreshToken: "rt-1"})
 			require.NoError(t, err)
@@ -53,14 +35,14 @@ func TestRefreshClaims(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, ok)
 			assert.Equal(t, "replica-1", c1.Owner)
-			assert.Equal(t, clock.Now().Add(time.Minute), c1.ExpiresAt)
+			assert.Equal(t, clk.Now().Add(time.Minute), c1.ExpiresAt)
 
 			holder, ok, err := s.ClaimRefresh(ctx, a.ID, "replica-2", time.Minute)
 			require.NoError(t, err)
 			assert.False(t, ok, "a live claim is exclusive")
 			assert.Equal(t, c1.ID, holder.ID, "the loser learns who holds it")
 
-			clock.Advance(time.Minute)
+			clk.Add(time.Minute)
 			c2, ok, err := s.ClaimRefresh(ctx, a.ID, "replica-2", time.Minute)
 			require.NoError(t, err)
 			require.True(t, ok, "a lapsed claim is taken over")
@@ -81,7 +63,7 @@ func TestRefreshClaims(t *testing.T) {
 			c3, ok, err := s.ClaimRefresh(ctx, a.ID, "replica-1", time.Minute)
 			require.NoError(t, err)
 			require.True(t, ok)
-			exp := clock.Now().Add(10 * 24 * time.Hour)
+			exp := clk.Now().Add(10 * 24 * time.Hour)
 			rotated := store.Credentials{AccessToken: "at-2", RefreshToken: "rt-2", IDToken: "id-2"}
 			require.NoError(t, s.CommitRefresh(ctx, c3, rotated, exp))
 			cred, gotExp, err := s.TokenState(ctx, a.ID)
@@ -100,7 +82,7 @@ func TestRefreshClaims(t *testing.T) {
 			c4, ok, err := s.ClaimRefresh(ctx, a.ID, "replica-1", time.Second)
 			require.NoError(t, err)
 			require.True(t, ok)
-			clock.Advance(2 * time.Second)
+			clk.Add(2 * time.Second)
 			c5, ok, err := s.ClaimRefresh(ctx, a.ID, "replica-2", time.Minute)
 			require.NoError(t, err)
 			require.True(t, ok)

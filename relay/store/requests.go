@@ -66,9 +66,9 @@ func (s *Store) LogRequest(ctx context.Context, r RequestRecord) error {
 		v := r.FirstEvent.Milliseconds()
 		first = &v
 	}
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO requests (id, client_key_id, thread_key, session_id, thread_id,
+	_, err := s.exec(ctx, `INSERT INTO requests (id, client_key_id, thread_key, session_id, thread_id,
 		account_id, transport, path, model, status, error_code, recovery, started_at, first_event_ms, duration_ms,
-		input_tokens, output_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		input_tokens, output_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.ClientKeyID, r.ThreadKey, r.SessionID, r.ThreadID, r.AccountID, r.Transport, r.Path, r.Model,
 		r.Status, r.ErrorCode, r.Recovery, r.StartedAt.UnixMilli(), first, r.Duration.Milliseconds(),
 		r.InputTokens, r.OutputTokens, r.CachedTokens)
@@ -143,9 +143,9 @@ func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
 			v := a.FirstEvent.Milliseconds()
 			first = &v
 		}
-		_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO attempts (id, request_id, seq, thread_key, session_id, thread_id,
+		_, err := s.exec(ctx, `INSERT INTO attempts (id, request_id, seq, thread_key, session_id, thread_id,
 			account_id, from_account_id, transport, class, recovery, action, status, error_code, detail, started_at,
-			ended_at, first_event_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			ended_at, first_event_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			a.ID, a.RequestID, a.Seq, a.ThreadKey, a.SessionID, a.ThreadID, a.AccountID, a.FromAccountID, a.Transport,
 			a.Class, a.Recovery, a.Action, a.Status, a.ErrorCode, a.Detail, a.StartedAt.UnixMilli(), a.EndedAt.UnixMilli(), first)
 		if err != nil {
@@ -207,8 +207,14 @@ func (s *Store) Attempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, 
 }
 
 // UpdateUsage records the usage windows an upstream reported for an account.
-// A window with Known false is left as stored.
+// A window with Known false is left as stored. A report that repeats what
+// is stored, less than 30 seconds after the last write, is not written
+// again (see usageUnchanged).
 func (s *Store) UpdateUsage(ctx context.Context, id string, primary, secondary Window) error {
+	if s.accts.usageUnchanged(id, primary, secondary, s.now()) {
+		return nil
+	}
+	defer s.accts.changed()
 	var sets []string
 	var args []any
 	for _, w := range []struct {
@@ -227,7 +233,7 @@ func (s *Store) UpdateUsage(ctx context.Context, id string, primary, secondary W
 	now := s.now().UnixMilli()
 	sets = append(sets, "usage_updated_at = ?")
 	args = append(args, now, id)
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE accounts SET `+strings.Join(sets, ", ")+` WHERE id = ?`), args...)
+	res, err := s.exec(ctx, `UPDATE accounts SET `+strings.Join(sets, ", ")+` WHERE id = ?`, args...)
 	return affectedOne(res, err, "update usage", id)
 }
 

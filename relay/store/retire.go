@@ -21,9 +21,9 @@ func (s *Store) RetireOwner(ctx context.Context, bindingID, owner string, unavai
 	for _, st := range unavailable {
 		args = append(args, string(st))
 	}
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE bindings SET abandoned_scope = ?, last_seen_at = ?
+	res, err := s.exec(ctx, `UPDATE bindings SET abandoned_scope = ?, last_seen_at = ?
 		WHERE id = ? AND account_id = ? AND kind = ? AND abandoned_scope IS NULL
-		AND EXISTS (SELECT 1 FROM accounts WHERE accounts.id = bindings.account_id AND accounts.status IN (`+marks+`))`), args...)
+		AND EXISTS (SELECT 1 FROM accounts WHERE accounts.id = bindings.account_id AND accounts.status IN (`+marks+`))`, args...)
 	if err != nil {
 		return false, fmt.Errorf("retire owner: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 
 // Setting reads a named setting; ok is false when it was never set.
 func (s *Store) Setting(ctx context.Context, name string) (value string, ok bool, err error) {
-	err = s.db.GetContext(ctx, &value, s.q(`SELECT value FROM settings WHERE name = ?`), name)
+	err = s.get(ctx, &value, `SELECT value FROM settings WHERE name = ?`, name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
 	}
@@ -21,8 +21,8 @@ func (s *Store) Setting(ctx context.Context, name string) (value string, ok bool
 
 // SetSetting writes a named setting, replacing any earlier value.
 func (s *Store) SetSetting(ctx context.Context, name, value string) error {
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`),
+	_, err := s.exec(ctx, `INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at`,
 		name, value, s.now().UnixMilli())
 	if err != nil {
 		return fmt.Errorf("write setting %s: %w", name, err)
@@ -33,8 +33,8 @@ func (s *Store) SetSetting(ctx context.Context, name, value string) error {
 // SetSettingIfAbsent writes a setting only when it does not exist yet and
 // reports whether it wrote. Two replicas racing agree on one value.
 func (s *Store) SetSettingIfAbsent(ctx context.Context, name, value string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (name) DO NOTHING`), name, value, s.now().UnixMilli())
+	res, err := s.exec(ctx, `INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO NOTHING`, name, value, s.now().UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("write setting %s: %w", name, err)
 	}

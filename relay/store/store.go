@@ -112,6 +112,8 @@ type Store struct {
 	loc     Location // static after construction
 	sealer  *Sealer  // static after construction; nil without a secret key
 	nowFunc func() time.Time
+	stmts   stmtCache
+	accts   accountsCache
 }
 
 // Options configure Open.
@@ -164,8 +166,11 @@ func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
 	return &Store{db: db, loc: loc, sealer: sealer, nowFunc: now}, nil
 }
 
-// Close releases the connection pool.
-func (s *Store) Close() error { return s.db.Close() }
+// Close releases the prepared statements and the connection pool.
+func (s *Store) Close() error {
+	s.stmts.close()
+	return s.db.Close()
+}
 
 // Dialect reports which database this is.
 func (s *Store) Dialect() Dialect { return s.loc.Dialect }

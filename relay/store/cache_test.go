@@ -1,0 +1,97 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/store/storetest"
+)
+
+// The accounts listing is reused, but a write through the same store shows
+// at once, and a write by another process (a second store on the same
+// database) shows once the listing's second has passed.
+func TestAccountsListingFollowsWrites(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			url := b.URL(t)
+			clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+			one := storetest.Open(t, url, store.Options{Now: clk.Now})
+			other := storetest.Open(t, url, store.Options{Now: clk.Now})
+
+			a, err := one.CreateAccount(ctx, store.Account{Kind: store.KindOpenAI, Label: "a"}, store.Credentials{APIKey: "k"})
+			require.NoError(t, err)
+			status := func(s *store.Store) store.Status {
+				t.Helper()
+				list, err := s.Accounts(ctx)
+				require.NoError(t, err)
+				require.Len(t, list, 1)
+				return list[0].Status
+			}
+			assert.Equal(t, store.StatusActive, status(one))
+			assert.Equal(t, store.StatusActive, status(other))
+
+			_, err = one.SetAccountStatus(ctx, a.ID, store.StatusPaused, "by hand", time.Time{})
+			require.NoError(t, err)
+			assert.Equal(t, store.StatusPaused, status(one), "a write through this store shows at once")
+			assert.Equal(t, store.StatusActive, status(other), "the other process reuses its listing within its second")
+			clk.Add(time.Second)
+			assert.Equal(t, store.StatusPaused, status(other), "and sees the change after it")
+
+			// A caller changing its copy does not change the cached listing.
+			list, err := one.Accounts(ctx)
+			require.NoError(t, err)
+			list[0].Label = "changed"
+			again, err := one.Accounts(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, "a", again[0].Label)
+
+			require.NoError(t, one.DeleteAccount(ctx, a.ID))
+			list, err = one.Accounts(ctx)
+			require.NoError(t, err)
+			assert.Empty(t, list)
+		})
+	}
+}
+
+// A usage report that repeats the stored one is not written again for 30
+// seconds; a changed report is written at once.
+func TestUpdateUsageSkipsRepeats(t *testing.T) {
+	eachWithClock(t, func(t *testing.T, s *store.Store, clk *clock) {
+		ctx := context.Background()
+		a, err := s.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: "a", ChatGPTAccountID: "w"}, store.Credentials{AccessToken: "t"})
+		require.NoError(t, err)
+		reset := clk.Now().Add(3 * time.Hour)
+		w := store.Window{UsedPercent: 10, WindowMinutes: 300, ResetAt: reset, Known: true}
+		report := func(w store.Window) time.Time {
+			t.Helper()
+			_, err := s.Accounts(ctx) // the request path lists accounts before every report
+			require.NoError(t, err)
+			require.NoError(t, s.UpdateUsage(ctx, a.ID, w, store.Window{}))
+			got, err := s.Account(ctx, a.ID)
+			require.NoError(t, err)
+			assert.InDelta(t, w.UsedPercent, got.Primary.UsedPercent, 0.001)
+			return got.UsageUpdatedAt
+		}
+		first := report(w)
+		assert.True(t, first.Equal(clk.Now()))
+
+		clk.Add(10 * time.Second)
+		drifted := w
+		drifted.ResetAt = reset.Add(5 * time.Second) // a relative reset, read a little later
+		assert.True(t, report(drifted).Equal(first), "a repeat is not written")
+
+		clk.Add(time.Second)
+		changed := w
+		changed.UsedPercent = 11
+		assert.True(t, report(changed).Equal(clk.Now()), "a change is written at once")
+
+		clk.Add(31 * time.Second)
+		assert.True(t, report(changed).Equal(clk.Now()), "a repeat is written after 30 seconds, to keep the time fresh")
+	})
+}

@@ -1,0 +1,190 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// maxCachedStmts bounds the statement cache. The queries that go through
+// it are fixed texts or a few variants of one, far fewer than this; past
+// it a query runs unprepared rather than growing the cache.
+const maxCachedStmts = 128
+
+// stmtCache holds a prepared statement per query text, so the hot queries
+// of the request path (bindings, credentials, request log, usage) are
+// parsed once instead of on every request: on SQLite, parsing was a third
+// of the database time per turn. database/sql prepares a cached statement
+// on each pooled connection as it is first used there.
+type stmtCache struct {
+	mu     sync.Mutex
+	stmts  map[string]*sqlx.Stmt // by query text as written (before rebinding)
+	closed bool
+}
+
+// prepared returns the statement for query, preparing it on first use; nil
+// when the cache is full or closed (the caller then runs the query as is).
+func (s *Store) prepared(ctx context.Context, query string) (*sqlx.Stmt, error) {
+	c := &s.stmts
+	c.mu.Lock()
+	st, ok := c.stmts[query]
+	full := c.closed || len(c.stmts) >= maxCachedStmts
+	c.mu.Unlock()
+	if ok || full {
+		return st, nil
+	}
+	// Prepare outside the lock: other queries keep running meanwhile.
+	st, err := s.db.PreparexContext(ctx, s.q(query))
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if have, ok := c.stmts[query]; ok || c.closed {
+		st.Close() // lost a race with another first use, or closed meanwhile
+		if c.closed {
+			return nil, nil
+		}
+		return have, nil
+	}
+	if c.stmts == nil {
+		c.stmts = map[string]*sqlx.Stmt{}
+	}
+	c.stmts[query] = st
+	return st, nil
+}
+
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.stmts {
+		st.Close()
+	}
+	c.stmts, c.closed = nil, true
+}
+
+// exec runs a statement written with ? placeholders, prepared once.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := s.prepared(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return s.db.ExecContext(ctx, s.q(query), args...)
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// get reads one row into dest (sql.ErrNoRows when there is none).
+func (s *Store) get(ctx context.Context, dest any, query string, args ...any) error {
+	st, err := s.prepared(ctx, query)
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return s.db.GetContext(ctx, dest, s.q(query), args...)
+	}
+	return st.GetContext(ctx, dest, args...)
+}
+
+// selectAll reads every row into dest, a pointer to a slice.
+func (s *Store) selectAll(ctx context.Context, dest any, query string, args ...any) error {
+	st, err := s.prepared(ctx, query)
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		return s.db.SelectContext(ctx, dest, s.q(query), args...)
+	}
+	return st.SelectContext(ctx, dest, args...)
+}
+
+// accountsTTL bounds how long a listing of the accounts is reused. Writes
+// through this Store drop it at once; the TTL is how soon a change made by
+// another process (a second replica, the CLI on the same file) is seen.
+const accountsTTL = time.Second
+
+// accountsCache keeps the last listing of the accounts: selection reads
+// every account on every request, and they change seldom.
+type accountsCache struct {
+	mu      sync.Mutex
+	gen     uint64 // bumped after every write to the accounts table
+	list    []Account
+	listGen uint64
+	at      time.Time
+}
+
+// changed drops the cached listing. Writers call it after their write is
+// committed (deferred), so a listing read before the commit is never kept.
+func (c *accountsCache) changed() {
+	c.mu.Lock()
+	c.gen++
+	c.list = nil
+	c.mu.Unlock()
+}
+
+// cached returns the listing if it is current, and the generation a fresh
+// read must be stored under.
+func (c *accountsCache) cached(now time.Time) ([]Account, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current(now) {
+		return slices.Clone(c.list), c.gen, true
+	}
+	return nil, c.gen, false
+}
+
+// current reports whether the cached listing may be used at now. The
+// caller holds mu.
+func (c *accountsCache) current(now time.Time) bool {
+	age := now.Sub(c.at)
+	return c.list != nil && c.listGen == c.gen && age >= 0 && age < accountsTTL
+}
+
+// keep stores a listing read under generation gen, unless a write came
+// after the read began.
+func (c *accountsCache) keep(list []Account, gen uint64, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen == c.gen {
+		c.list, c.listGen, c.at = slices.Clone(list), gen, at
+	}
+}
+
+// usageRewrite is how often an unchanged usage report is written anyway,
+// so usage_updated_at still tells how fresh the windows are.
+const usageRewrite = 30 * time.Second
+
+// usageUnchanged reports whether the cached listing already holds these
+// windows for account id (a reset time within a minute counts as the same:
+// relative resets drift with the clock), written less than usageRewrite
+// before now. Every response reports usage; most reports repeat the last.
+func (c *accountsCache) usageUnchanged(id string, primary, secondary Window, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.current(now) {
+		return false
+	}
+	for _, a := range c.list {
+		if a.ID != id {
+			continue
+		}
+		return now.Sub(a.UsageUpdatedAt) < usageRewrite && sameWindow(a.Primary, primary) && sameWindow(a.Secondary, secondary)
+	}
+	return false
+}
+
+// sameWindow compares a stored window with a report; an unreported window
+// (Known false) leaves the stored one as it is, so it matches.
+func sameWindow(stored, reported Window) bool {
+	if !reported.Known {
+		return true
+	}
+	d := stored.ResetAt.Sub(reported.ResetAt)
+	return stored.Known && stored.UsedPercent == reported.UsedPercent && stored.WindowMinutes == reported.WindowMinutes &&
+		stored.ResetAt.IsZero() == reported.ResetAt.IsZero() && d < time.Minute && d > -time.Minute
+}
