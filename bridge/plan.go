@@ -45,27 +45,21 @@ func Plan(st State, shape [32]byte, input []json.RawMessage) (delta bool, from i
 // the same. Items with an id are known by type and id; tool outputs by type
 // and call id; anything else by a hash of its canonical JSON.
 func Fingerprint(item json.RawMessage) string {
-	var head struct {
-		Type   string `json:"type"`
-		ID     string `json:"id"`
-		CallID string `json:"call_id"`
-	}
-	if json.Unmarshal(item, &head) == nil {
+	if ms, ok := objectMembers(item); ok {
+		typ, id, callID := stringMember(ms, "type"), stringMember(ms, "id"), stringMember(ms, "call_id")
 		switch {
-		case head.ID != "":
-			return head.Type + "#" + head.ID
-		case head.CallID != "" && (head.Type == "function_call_output" || head.Type == "custom_tool_call_output"):
-			return head.Type + "@" + head.CallID
+		case id != "":
+			return typ + "#" + id
+		case callID != "" && (typ == "function_call_output" || typ == "custom_tool_call_output"):
+			return typ + "@" + callID
 		}
 	}
-	var v any
-	if json.Unmarshal(item, &v) != nil {
+	h := sha256.New()
+	if canonical(h, item) != nil {
 		sum := sha256.Sum256(item)
 		return "raw:" + string(sum[:16])
 	}
-	canon, _ := json.Marshal(v) // maps marshal with sorted keys
-	sum := sha256.Sum256(canon)
-	return "json:" + string(sum[:16])
+	return "json:" + string(h.Sum(nil)[:16])
 }
 
 // shapeIgnored are the fields that do not shape what the upstream holds:

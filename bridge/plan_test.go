@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -30,6 +31,15 @@ func TestFingerprint(t *testing.T) {
 		{"no id: different text", `{"type":"message","role":"user","content":"hi"}`, `{"type":"message","role":"user","content":"ho"}`, false},
 		{"goal output without call id", `{"type":"function_call_output","output":"goal A"}`, `{"type":"function_call_output","output":"goal B"}`, false},
 		{"not json", `{{`, `{{`, true},
+		{"whitespace and escapes", `{"type":"message","content":"caf\u00e9 \/ \n"}`, "{ \"content\" : \"café / \\n\" ,\n \"type\":\"message\" }", true},
+		{"numbers by value", `{"type":"x","n":[1,2.50,1e2]}`, `{"n":[1.0,2.5,100],"type":"x"}`, true},
+		{"array order counts", `{"type":"x","n":[1,2]}`, `{"type":"x","n":[2,1]}`, false},
+		{"string is not number", `{"type":"x","n":"1"}`, `{"type":"x","n":1}`, false},
+		{"null is not false", `{"type":"x","n":null}`, `{"type":"x","n":false}`, false},
+		{"nesting counts", `{"type":"x","a":[[1],[2]]}`, `{"type":"x","a":[[1,2]]}`, false},
+		{"key and value do not run together", `{"type":"x","ab":"c"}`, `{"type":"x","a":"bc"}`, false},
+		{"escaped id", `{"type":"message","id":"m\u0031"}`, `{"type":"message","id":"m1"}`, true},
+		{"numeric id is content", `{"type":"message","id":1}`, `{"type":"message","id":2}`, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,4 +97,41 @@ func TestChain(t *testing.T) {
 	assert.Error(t, err)
 	var v map[string]any
 	require.NoError(t, json.Unmarshal(msg, &v))
+}
+
+// Whatever spelling a client re-serialises an item in, its fingerprint
+// stays: decoded and re-encoded (sorted keys, other escapes, indentation)
+// it is the same item.
+func FuzzFingerprintSurvivesReencoding(f *testing.F) {
+	for _, seed := range []string{
+		`{"type":"message","role":"user","content":[{"type":"input_text","text":"hi\nthere <b> & é"}]}`,
+		`{"type":"function_call_output","output":"goal A","n":[1,2.5,-3e-2,true,false,null,{}]}`,
+		`{"z":{"b":[],"a":{"c":"\u2028"}},"a":0}`,
+		`{"pair":"\ud83d\ude00","lone":"\ud83d x","low":"\ude00","bad":"` + "\xff\xfe" + `","ctl":"\u0001\b\f"}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		var v map[string]any
+		if json.Unmarshal([]byte(in), &v) != nil {
+			return
+		}
+		again, err := json.MarshalIndent(v, " ", "\t")
+		require.NoError(t, err)
+		var check map[string]any
+		require.NoError(t, json.Unmarshal(again, &check))
+		if _, hasID := v["id"]; hasID {
+			return // known by id: only the id matters
+		}
+		a, b := Fingerprint(json.RawMessage(in)), Fingerprint(json.RawMessage(again))
+		assert.Equal(t, a, b, "%s\n%s", in, again)
+	})
+}
+
+func BenchmarkFingerprint(b *testing.B) {
+	item := json.RawMessage(`{"type":"message","role":"user","content":[{"type":"input_text","text":"` + strings.Repeat("some words of a prompt, with a line\\n ", 20) + `"}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		Fingerprint(item)
+	}
 }
