@@ -125,6 +125,7 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 	// What to send: the delta when the lane holds a prefix of the request.
 	full := c.fields.Input
 	var newItems []json.RawMessage
+	var known []string // fingerprints of full[:len(known)], when the lane's history matched them
 	prev := ""
 	shape := bridge.Shape(c.body)
 	switch p := c.fields.PreviousResponseID; {
@@ -148,7 +149,7 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 	default:
 		newItems = full
 		if delta, from := bridge.Plan(lease.State, shape, full); delta {
-			prev, newItems = lease.State.ResponseID, full[from:]
+			prev, newItems, known = lease.State.ResponseID, full[from:], lease.State.History
 		}
 	}
 	if prev != "" {
@@ -175,8 +176,13 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 	}
 
 	onDone := func(tr *tracker) {
-		history := append(append([]json.RawMessage{}, full...), tr.output...)
-		lease.Release(bridge.State{ResponseID: tr.responseID, History: bridge.Fingerprints(history), Shape: shape, NoChain: lease.State.NoChain}, full != nil)
+		// The lane now holds full then the output; the matched prefix is
+		// not fingerprinted twice.
+		history := make([]string, 0, len(full)+len(tr.output))
+		history = append(history, known...)
+		history = append(history, bridge.Fingerprints(full[len(known):])...)
+		history = append(history, bridge.Fingerprints(tr.output)...)
+		lease.Release(bridge.State{ResponseID: tr.responseID, History: history, Shape: shape, NoChain: lease.State.NoChain}, full != nil)
 	}
 	end, o, f := s.relaySSE(ctx, out, c, ch, newLaneSource(l), l.Header, full, onDone)
 	info.tr, info.status, info.code, info.firstEvent = end.tr, end.status, end.code, end.firstEvent
