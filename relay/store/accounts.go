@@ -181,7 +181,7 @@ func (s *Store) openCredentials(id, sealed string) (Credentials, error) {
 // CreateAccount stores a new account with its credentials, encrypted. The
 // id, status (active unless set), and timestamps are filled in.
 func (s *Store) CreateAccount(ctx context.Context, a Account, c Credentials) (Account, error) {
-	defer s.accts.changed()
+	defer s.accountsChanged(ctx)
 	now := s.now()
 	if a.ID == "" {
 		a.ID = NewID("acc", now)
@@ -261,7 +261,7 @@ type AccountPatch struct {
 
 // UpdateAccount applies p to the account and returns it as stored.
 func (s *Store) UpdateAccount(ctx context.Context, id string, p AccountPatch) (Account, error) {
-	defer s.accts.changed()
+	defer s.accountsChanged(ctx)
 	var sets []string
 	var args []any
 	add := func(col string, v any) { sets = append(sets, col+" = ?"); args = append(args, v) }
@@ -304,7 +304,7 @@ func (s *Store) UpdateAccount(ctx context.Context, id string, p AccountPatch) (A
 // SetAccountStatus records a new status with its reason and end time (zero
 // for none). It returns the account as stored.
 func (s *Store) SetAccountStatus(ctx context.Context, id string, st Status, reason string, until time.Time) (Account, error) {
-	defer s.accts.changed()
+	defer s.accountsChanged(ctx)
 	if !st.Valid() {
 		return Account{}, fmt.Errorf("set status: unknown status %q", st)
 	}
@@ -319,7 +319,7 @@ func (s *Store) SetAccountStatus(ctx context.Context, id string, st Status, reas
 
 // DeleteAccount removes an account and every binding that points at it.
 func (s *Store) DeleteAccount(ctx context.Context, id string) error {
-	defer s.accts.changed()
+	defer s.accountsChanged(ctx)
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("delete account: %w", err)
@@ -350,7 +350,7 @@ func (s *Store) Credentials(ctx context.Context, id string) (Credentials, error)
 
 // SetCredentials replaces an account's secrets and access-token expiry.
 func (s *Store) SetCredentials(ctx context.Context, id string, c Credentials, accessExpiresAt time.Time) error {
-	defer s.accts.changed()
+	defer s.accountsChanged(ctx)
 	sealed, err := s.sealCredentials(id, c)
 	if err != nil {
 		return fmt.Errorf("set credentials: %w", err)

@@ -132,7 +132,7 @@ func (s *Store) ReleaseRefresh(ctx context.Context, c RefreshClaim) error {
 // has already spent the old refresh token, so the rotated one is the only
 // one that works, and losing it would lose the account.
 func (s *Store) CommitRefresh(ctx context.Context, c RefreshClaim, cred Credentials, accessExpiresAt time.Time) error {
-	defer s.accts.changed()
+	defer s.accountsChanged(ctx)
 	sealed, err := s.sealCredentials(c.AccountID, cred)
 	if err != nil {
 		return fmt.Errorf("commit refresh: %w", err)

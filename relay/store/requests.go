@@ -214,7 +214,7 @@ func (s *Store) UpdateUsage(ctx context.Context, id string, primary, secondary W
 	if s.accts.usageUnchanged(id, primary, secondary, s.now()) {
 		return nil
 	}
-	defer s.accts.changed()
+	defer s.accountsChanged(ctx)
 	var sets []string
 	var args []any
 	for _, w := range []struct {

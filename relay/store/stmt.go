@@ -188,3 +188,16 @@ func sameWindow(stored, reported Window) bool {
 	return stored.Known && stored.UsedPercent == reported.UsedPercent && stored.WindowMinutes == reported.WindowMinutes &&
 		stored.ResetAt.IsZero() == reported.ResetAt.IsZero() && d < time.Minute && d > -time.Minute
 }
+
+// accountsChanged follows every write to the accounts table: this store's
+// listing is dropped, and the other replicas are told to drop theirs. An
+// announcement that fails leaves them the listing's one-second TTL.
+func (s *Store) accountsChanged(ctx context.Context) {
+	s.accts.changed()
+	if s.loc.Dialect != Postgres {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = s.Announce(ctx, Announcement{Kind: AnnounceAccounts})
+}

@@ -1,0 +1,137 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/store/storetest"
+)
+
+// Replicas register by heartbeat, are listed while it is fresh, and are
+// deleted once it stopped; a stopping replica removes itself.
+func TestReplicaHeartbeats(t *testing.T) {
+	eachWithClock(t, func(t *testing.T, s *store.Store, clk *clock) {
+		ctx := context.Background()
+		start := clk.Now()
+		require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "r1", Name: "host:1", StartedAt: start}))
+		require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "r2", Name: "host:2", StartedAt: start.Add(time.Second), Lanes: json.RawMessage(`[{"kind":"bridge"}]`)}))
+		list, err := s.Replicas(ctx, clk.Now().Add(-15*time.Second))
+		require.NoError(t, err)
+		require.Len(t, list, 2)
+		assert.Equal(t, "r1", list[0].ID)
+		assert.JSONEq(t, `[]`, string(list[0].Lanes))
+		assert.JSONEq(t, `[{"kind":"bridge"}]`, string(list[1].Lanes))
+		assert.True(t, list[1].StartedAt.Equal(start.Add(time.Second)))
+
+		clk.Add(20 * time.Second)
+		require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "r2", Name: "host:2", StartedAt: start.Add(time.Second), Lanes: json.RawMessage(`[]`)}))
+		list, err = s.Replicas(ctx, clk.Now().Add(-15*time.Second))
+		require.NoError(t, err)
+		require.Len(t, list, 1, "r1 stopped beating")
+		assert.Equal(t, "r2", list[0].ID)
+		assert.True(t, list[0].HeartbeatAt.Equal(clk.Now()))
+		assert.True(t, list[0].StartedAt.Equal(start.Add(time.Second)), "a heartbeat keeps the start time")
+
+		require.NoError(t, s.RemoveReplica(ctx, "r2"))
+		list, err = s.Replicas(ctx, time.Time{})
+		require.NoError(t, err)
+		assert.Empty(t, list)
+	})
+}
+
+// On PostgreSQL, an announcement reaches every listening replica, an
+// account written by one replica is seen by another at once (not after the
+// listing's second: the clock here never moves), and a forget too large for
+// one NOTIFY arrives whole in parts.
+func TestAnnouncementsReachOtherReplicas(t *testing.T) {
+	url := storetest.PostgresURL(t)
+	clk := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	one := storetest.Open(t, url, store.Options{Now: clk.Now})
+	other := storetest.Open(t, url, store.Options{Now: clk.Now})
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu  sync.Mutex
+		got []store.Announcement
+	)
+	done := make(chan error, 1)
+	go func() {
+		done <- other.Listen(ctx, slog.New(slog.DiscardHandler), func(a store.Announcement) {
+			mu.Lock()
+			got = append(got, a)
+			mu.Unlock()
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Error("Listen did not end with its context")
+		}
+	})
+	received := func(kind string) []store.Announcement {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []store.Announcement
+		for _, a := range got {
+			if a.Kind == kind {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+
+	a, err := one.CreateAccount(ctx, store.Account{Kind: store.KindOpenAI, Label: "a"}, store.Credentials{APIKey: "k"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(received(store.AnnounceAccounts)) > 0 }, 10*time.Second, 10*time.Millisecond,
+		"the listener is up and hears account writes")
+	list, err := other.Accounts(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	_, err = one.SetAccountStatus(ctx, a.ID, store.StatusPaused, "", time.Time{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		list, err := other.Accounts(ctx)
+		return err == nil && len(list) == 1 && list[0].Status == store.StatusPaused
+	}, 10*time.Second, 10*time.Millisecond, "the other replica's listing was dropped by the announcement")
+
+	var threads []store.ThreadRef
+	for i := range 300 {
+		threads = append(threads, store.ThreadRef{Key: fmt.Sprintf("v1:thread:%s%03d", strings.Repeat("x", 40), i), Scope: "key_1"})
+	}
+	require.NoError(t, one.Announce(ctx, store.Announcement{From: "r1", Kind: store.AnnounceForget, Threads: threads}))
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, a := range received(store.AnnounceForget) {
+			n += len(a.Threads)
+		}
+		return n == len(threads)
+	}, 10*time.Second, 10*time.Millisecond)
+	parts := received(store.AnnounceForget)
+	assert.Greater(t, len(parts), 1, "split under the payload limit")
+	for _, p := range parts {
+		assert.Equal(t, "r1", p.From)
+	}
+}
+
+// On SQLite (one process) announcing does nothing and listening only waits.
+func TestAnnouncementsOnSQLite(t *testing.T) {
+	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	require.NoError(t, s.Announce(ctx, store.Announcement{Kind: store.AnnounceForget}))
+	called := false
+	require.NoError(t, s.Listen(ctx, slog.New(slog.DiscardHandler), func(store.Announcement) { called = true }))
+	assert.False(t, called)
+}
