@@ -4,10 +4,6 @@ import (
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/codexrelay/codex-relay/bridge"
-	"github.com/codexrelay/codex-relay/continuity"
-	"github.com/codexrelay/codex-relay/relay/store"
 )
 
 // LaneInfo describes one live upstream lane, for operators.
@@ -19,6 +15,7 @@ type LaneInfo struct {
 	ThreadKey string    `json:"thread_key"`
 	OpenedAt  time.Time `json:"opened_at"`
 	Requests  int64     `json:"requests"`
+	Replica   string    `json:"replica"` // the replica holding it (its name)
 }
 
 // sessionRegistry tracks live client WebSocket sessions so operators can
@@ -55,8 +52,19 @@ func (r *sessionRegistry) each(f func(ws *wsSession)) {
 	}
 }
 
-// Lanes lists the live upstream lanes of this replica, oldest first.
+// Lanes lists the live upstream lanes of every replica, oldest first:
+// this one's as they are, the others' as their last heartbeat left them.
 func (s *Server) Lanes() []LaneInfo {
+	out := s.localLanes()
+	if remote := s.remoteLanes.Load(); remote != nil {
+		out = append(out, *remote...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].OpenedAt.Before(out[j].OpenedAt) })
+	return out
+}
+
+// localLanes lists this replica's live lanes.
+func (s *Server) localLanes() []LaneInfo {
 	var out []LaneInfo
 	s.registry.each(func(ws *wsSession) {
 		if info, ok := ws.laneInfo(); ok {
@@ -72,30 +80,8 @@ func (s *Server) Lanes() []LaneInfo {
 			out = append(out, LaneInfo{Kind: kind, AccountID: in.Account, ThreadKey: in.Key.Thread, OpenedAt: in.Opened, Requests: in.Requests})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].OpenedAt.Before(out[j].OpenedAt) })
+	for i := range out {
+		out[i].Replica = s.cfg.Replica.Name
+	}
 	return out
-}
-
-// Forget drops what this replica holds for reset bindings: the continuity
-// entries of their threads, and the lanes serving them (the client's next
-// request is placed afresh). Pins and session rows hold no local state.
-func (s *Server) Forget(reset []store.Binding) {
-	keys := map[continuity.Key]bool{}
-	for _, b := range reset {
-		if b.Kind == store.BindThread {
-			keys[continuity.Key{Thread: b.Key, Scope: b.ClientScope}] = true
-			s.conts.Drop(continuity.Key{Thread: b.Key, Scope: b.ClientScope})
-			if s.pool != nil {
-				s.pool.Forget(bridge.Key{Thread: b.Key, Scope: b.ClientScope})
-			}
-		}
-	}
-	if len(keys) == 0 {
-		return
-	}
-	s.registry.each(func(ws *wsSession) {
-		if keys[continuity.Key{Thread: string(ws.ident.Key), Scope: ws.client.scope()}] {
-			ws.requestLaneReset()
-		}
-	})
 }

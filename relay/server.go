@@ -49,6 +49,9 @@ type Config struct {
 	// clients over plain HTTP upstream requests instead.
 	Bridge        bridge.PoolConfig
 	DisableBridge bool
+	// Replica names this process among the replicas sharing the database
+	// (see Run); defaults: a random id, and host:pid for the name.
+	Replica ReplicaConfig
 }
 
 // TokenSource hands out an account's credentials, refreshing ChatGPT tokens
@@ -77,6 +80,9 @@ type Server struct {
 	// closing is cancelled by Close; static after New.
 	closing context.Context
 	close   context.CancelFunc
+	// remoteLanes are the other live replicas' lanes, from their last
+	// heartbeats (nil until Run has looked).
+	remoteLanes atomic.Pointer[[]LaneInfo]
 }
 
 // New builds the relay server.
@@ -108,6 +114,7 @@ func New(cfg Config) *Server {
 	if cfg.Continuity == nil {
 		cfg.Continuity = continuity.New(continuity.Options{Now: cfg.Now})
 	}
+	cfg.Replica = cfg.Replica.withDefaults()
 	closing, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg:     cfg,
@@ -156,12 +163,19 @@ func (s *Server) InFlight(accountID string) int { return int(s.counter(accountID
 
 // Run does the relay's background housekeeping until ctx ends: expired
 // bindings are deleted, idle continuity entries swept, and the bridge's
-// idle and aged lanes closed (its sweeper runs beside, owned here).
+// idle and aged lanes closed (its sweeper runs beside, owned here). It
+// also keeps this replica registered with the others sharing the database
+// (heartbeat) and applies what they announce (see replicas.go).
 func (s *Server) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	if s.pool != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.pool.Run(ctx) }()
+	}
+	if s.cfg.Store != nil {
+		wg.Add(2)
+		go func() { defer wg.Done(); s.heartbeat(ctx) }()
+		go func() { defer wg.Done(); s.listen(ctx) }()
 	}
 	defer wg.Wait()
 	t := time.NewTicker(time.Minute)

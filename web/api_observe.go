@@ -19,11 +19,12 @@ type laneView struct {
 	ThreadKey string    `json:"thread_key"`
 	OpenedAt  time.Time `json:"opened_at"`
 	Requests  int64     `json:"requests"`
+	Replica   string    `json:"replica"`
 }
 
 func viewLane(l relay.LaneInfo) laneView {
 	return laneView{Kind: l.Kind, AccountID: l.AccountID, SessionID: l.SessionID, ThreadID: l.ThreadID,
-		ThreadKey: l.ThreadKey, OpenedAt: l.OpenedAt.UTC(), Requests: l.Requests}
+		ThreadKey: l.ThreadKey, OpenedAt: l.OpenedAt.UTC(), Requests: l.Requests, Replica: l.Replica}
 }
 
 func (s *Server) listLanes(c echo.Context) error {

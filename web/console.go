@@ -256,7 +256,7 @@ func (s *Server) bindingsPage(c echo.Context) error {
 	return s.render(c, http.StatusOK, ui.BindingsPage(s.frame(c, "bindings", "Bindings"), p))
 }
 
-// lanesView lists this replica's live lanes.
+// lanesView lists the live lanes of every replica.
 func (s *Server) lanesView(ctx context.Context) (ui.Lanes, error) {
 	n, err := s.names(ctx)
 	if err != nil {
@@ -267,7 +267,7 @@ func (s *Server) lanesView(ctx context.Context) (ui.Lanes, error) {
 	for _, l := range s.cfg.Relay.Lanes() {
 		p.Lanes = append(p.Lanes, ui.LaneRow{Kind: l.Kind, Account: n.accountName(l.AccountID), AccountID: l.AccountID,
 			Session: l.SessionID, Thread: l.ThreadID, Age: span(now.Sub(l.OpenedAt)), Opened: "opened " + stamp(l.OpenedAt),
-			Requests: l.Requests, URL: "/admin/bindings?" + url.Values{"thread": {l.ThreadID}}.Encode()})
+			Requests: l.Requests, Replica: l.Replica, URL: "/admin/bindings?" + url.Values{"thread": {l.ThreadID}}.Encode()})
 	}
 	return p, nil
 }

@@ -208,7 +208,7 @@ func buildOverview(now time.Time, accounts []store.Account, rows []ui.AccountRow
 		{Label: "Switches", Value: strconv.Itoa(nSwitches), Note: "requests moved to another account", Tone: toneIf(nSwitches > 0, "warn")},
 		{Label: "Failed attempts", Value: strconv.Itoa(nErrors), Note: fmt.Sprintf("%d %s", len(classes), plural(len(classes), "class", "classes")), Tone: errTone},
 		{Label: "In flight", Value: strconv.Itoa(inflight), Note: "on this replica"},
-		{Label: "Live lanes", Value: strconv.Itoa(len(lanes)), Note: "on this replica"},
+		{Label: "Live lanes", Value: strconv.Itoa(len(lanes)), Note: "on every replica"},
 		{Label: "Bindings", Value: strconv.Itoa(bindings), Note: fmt.Sprintf("%d %s", pins, plural(pins, "pin", "pins"))},
 	}
 

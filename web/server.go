@@ -54,7 +54,7 @@ type Config struct {
 
 // Relay is what the web layer uses of the relay. *relay.Server has it.
 type Relay interface {
-	// Lanes lists the live upstream lanes of this replica.
+	// Lanes lists the live upstream lanes of every replica.
 	Lanes() []relay.LaneInfo
 	// InFlight reports requests under way on an account on this replica.
 	InFlight(accountID string) int

@@ -92,10 +92,17 @@ func TestAnnouncementsReachOtherReplicas(t *testing.T) {
 		return out
 	}
 
+	// The listener subscribes in the background: say hello until it hears.
+	require.Eventually(t, func() bool {
+		require.NoError(t, one.Announce(ctx, store.Announcement{From: "r1", Kind: "hello"}))
+		time.Sleep(20 * time.Millisecond)
+		return len(received("hello")) > 0
+	}, 10*time.Second, 10*time.Millisecond, "the listener is up")
+
 	a, err := one.CreateAccount(ctx, store.Account{Kind: store.KindOpenAI, Label: "a"}, store.Credentials{APIKey: "k"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(received(store.AnnounceAccounts)) > 0 }, 10*time.Second, 10*time.Millisecond,
-		"the listener is up and hears account writes")
+		"account writes are announced")
 	list, err := other.Accounts(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)

@@ -263,7 +263,7 @@ func accountTable(rows []AccountRow, token string, actions bool) templ.Component
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 23, "<div class=\"scroll\"><table class=\"dense stack accounts\"><thead><tr><th>Account</th><th>Status</th><th>Usage</th><th>Organisation</th><th class=\"num\" title=\"requests in flight on this replica\">In flight</th><th class=\"num\" title=\"live lanes on this replica\">Lanes</th><th class=\"num\">Bindings</th>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 23, "<div class=\"scroll\"><table class=\"dense stack accounts\"><thead><tr><th>Account</th><th>Status</th><th>Usage</th><th>Organisation</th><th class=\"num\" title=\"requests in flight on this replica\">In flight</th><th class=\"num\" title=\"live lanes on every replica\">Lanes</th><th class=\"num\">Bindings</th>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

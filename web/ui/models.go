@@ -166,8 +166,8 @@ type Lanes struct {
 
 // LaneRow is one live upstream lane.
 type LaneRow struct {
-	Kind, Account, AccountID, Session, Thread, Age, Opened, URL string
-	Requests                                                    int64
+	Kind, Account, AccountID, Session, Thread, Age, Opened, URL, Replica string
+	Requests                                                             int64
 }
 
 // Diagnostics shows attempt timelines grouped by request.

@@ -1,0 +1,187 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/codexrelay/codex-relay/bridge"
+	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// Several replicas share one PostgreSQL database. Each registers in the
+// replicas table and renews its row every heartbeat with a snapshot of its
+// live lanes, so every replica's operators see every lane. Local state
+// that a change elsewhere makes stale is announced (LISTEN/NOTIFY): a
+// binding reset on one replica drops that thread's continuity and closes
+// its lanes on all of them; an account write drops every cached listing.
+
+// ReplicaConfig names this process among the replicas.
+type ReplicaConfig struct {
+	ID   string // unique per process; default random
+	Name string // for operators; default host:pid
+	// Heartbeat is how often the replica renews its row; one silent for
+	// three heartbeats is dead. Default 5s.
+	Heartbeat time.Duration
+}
+
+func (c ReplicaConfig) withDefaults() ReplicaConfig {
+	if c.ID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.ID = "rep_" + hex.EncodeToString(b[:])
+	}
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 5 * time.Second
+	}
+	return c
+}
+
+// maxSnapshotLanes bounds the lanes a heartbeat publishes.
+const maxSnapshotLanes = 2000
+
+// heartbeat registers this replica, renews it every Heartbeat with its
+// lane snapshot, refreshes the other replicas' lanes, and removes the row
+// when ctx ends.
+func (s *Server) heartbeat(ctx context.Context) {
+	rc := s.cfg.Replica
+	started := s.cfg.Now()
+	beat := func() {
+		lanes := s.localLanes()
+		if len(lanes) > maxSnapshotLanes {
+			lanes = lanes[:maxSnapshotLanes]
+		}
+		snap, err := json.Marshal(lanes)
+		if err != nil {
+			s.log.Warn("lane snapshot", "err", err)
+			snap = []byte("[]")
+		}
+		bctx, cancel := context.WithTimeout(ctx, rc.Heartbeat)
+		defer cancel()
+		if err := s.cfg.Store.Heartbeat(bctx, store.Replica{ID: rc.ID, Name: rc.Name, StartedAt: started, Lanes: snap}); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("replica heartbeat", "err", err)
+			}
+			return
+		}
+		reps, err := s.cfg.Store.Replicas(bctx, s.cfg.Now().Add(-3*rc.Heartbeat))
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("list replicas", "err", err)
+			}
+			return
+		}
+		var remote []LaneInfo
+		for _, r := range reps {
+			if r.ID == rc.ID {
+				continue
+			}
+			var ls []LaneInfo
+			if err := json.Unmarshal(r.Lanes, &ls); err != nil {
+				s.log.Warn("replica lane snapshot unreadable", "replica", r.Name, "err", err)
+				continue
+			}
+			for i := range ls {
+				ls[i].Replica = r.Name
+			}
+			remote = append(remote, ls...)
+		}
+		s.remoteLanes.Store(&remote)
+	}
+	beat()
+	t := time.NewTicker(rc.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := s.cfg.Store.RemoveReplica(rctx, rc.ID); err != nil {
+				s.log.Warn("replica deregistration", "err", err)
+			}
+			return
+		case <-t.C:
+			beat()
+		}
+	}
+}
+
+// listen applies the other replicas' announcements until ctx ends,
+// reconnecting after errors.
+func (s *Server) listen(ctx context.Context) {
+	for {
+		err := s.cfg.Store.Listen(ctx, s.log, s.applyAnnouncement)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("announcements", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+func (s *Server) applyAnnouncement(a store.Announcement) {
+	if a.From == s.cfg.Replica.ID {
+		return // done here before it was announced
+	}
+	switch a.Kind {
+	case store.AnnounceForget:
+		s.forgetLocal(a.Threads)
+	case store.AnnounceResync:
+		s.log.Warn("announcements resumed after a lost connection: a binding reset made meanwhile on another replica may have left a lane open here until it idles out")
+	}
+}
+
+// Forget drops what every replica holds for reset bindings: the continuity
+// entries of their threads, and the lanes serving them (the client's next
+// request is placed afresh). Pins and session rows hold no local state.
+func (s *Server) Forget(reset []store.Binding) {
+	var threads []store.ThreadRef
+	for _, b := range reset {
+		if b.Kind == store.BindThread {
+			threads = append(threads, store.ThreadRef{Key: b.Key, Scope: b.ClientScope})
+		}
+	}
+	if len(threads) == 0 {
+		return
+	}
+	s.forgetLocal(threads)
+	if s.cfg.Store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.cfg.Store.Announce(ctx, store.Announcement{From: s.cfg.Replica.ID, Kind: store.AnnounceForget, Threads: threads}); err != nil {
+		s.log.Warn("announce reset to the other replicas", "err", err)
+	}
+}
+
+// forgetLocal drops this replica's continuity and lanes for threads.
+func (s *Server) forgetLocal(threads []store.ThreadRef) {
+	keys := map[continuity.Key]bool{}
+	for _, t := range threads {
+		k := continuity.Key{Thread: t.Key, Scope: t.Scope}
+		keys[k] = true
+		s.conts.Drop(k)
+		if s.pool != nil {
+			s.pool.Forget(bridge.Key{Thread: t.Key, Scope: t.Scope})
+		}
+	}
+	s.registry.each(func(ws *wsSession) {
+		if keys[continuity.Key{Thread: string(ws.ident.Key), Scope: ws.client.scope()}] {
+			ws.requestLaneReset()
+		}
+	})
+}
