@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +15,11 @@ import (
 // Replica is one relay process serving on this database, as its last
 // heartbeat left it.
 type Replica struct {
-	ID          string
-	Name        string // host and process, for operators
+	ID   string
+	Name string // host and process, for operators
+	// Address is the base URL the other replicas forward requests to; ""
+	// when this replica takes none.
+	Address     string
 	StartedAt   time.Time
 	HeartbeatAt time.Time
 	// Lanes is the replica's snapshot of its live lanes (JSON), written
@@ -26,6 +30,7 @@ type Replica struct {
 type replicaRow struct {
 	ID          string `db:"id"`
 	Name        string `db:"name"`
+	Address     string `db:"address"`
 	StartedAt   int64  `db:"started_at"`
 	HeartbeatAt int64  `db:"heartbeat_at"`
 	Lanes       string `db:"lanes"`
@@ -38,9 +43,9 @@ func (s *Store) Heartbeat(ctx context.Context, r Replica) error {
 	if lanes == "" {
 		lanes = "[]"
 	}
-	_, err := s.exec(ctx, `INSERT INTO replicas (id, name, started_at, heartbeat_at, lanes) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET name = excluded.name, heartbeat_at = excluded.heartbeat_at, lanes = excluded.lanes`,
-		r.ID, r.Name, r.StartedAt.UnixMilli(), s.now().UnixMilli(), lanes)
+	_, err := s.exec(ctx, `INSERT INTO replicas (id, name, address, started_at, heartbeat_at, lanes) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET name = excluded.name, address = excluded.address, heartbeat_at = excluded.heartbeat_at, lanes = excluded.lanes`,
+		r.ID, r.Name, r.Address, r.StartedAt.UnixMilli(), s.now().UnixMilli(), lanes)
 	if err != nil {
 		return fmt.Errorf("replica heartbeat: %w", err)
 	}
@@ -54,13 +59,13 @@ func (s *Store) Replicas(ctx context.Context, since time.Time) ([]Replica, error
 		return nil, fmt.Errorf("delete dead replicas: %w", err)
 	}
 	var rows []replicaRow
-	if err := s.selectAll(ctx, &rows, `SELECT id, name, started_at, heartbeat_at, lanes FROM replicas
+	if err := s.selectAll(ctx, &rows, `SELECT id, name, address, started_at, heartbeat_at, lanes FROM replicas
 		WHERE heartbeat_at >= ? ORDER BY started_at, id`, since.UnixMilli()); err != nil {
 		return nil, fmt.Errorf("list replicas: %w", err)
 	}
 	out := make([]Replica, len(rows))
 	for i, r := range rows {
-		out[i] = Replica{ID: r.ID, Name: r.Name, StartedAt: time.UnixMilli(r.StartedAt).UTC(),
+		out[i] = Replica{ID: r.ID, Name: r.Name, Address: r.Address, StartedAt: time.UnixMilli(r.StartedAt).UTC(),
 			HeartbeatAt: time.UnixMilli(r.HeartbeatAt).UTC(), Lanes: json.RawMessage(r.Lanes)}
 	}
 	return out, nil
@@ -194,3 +199,50 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, f func(Announcemen
 
 // AnnounceResync is delivered by Listen after a lost connection came back.
 const AnnounceResync = "resync"
+
+// LaneLease is who serves a thread's HTTP requests.
+type LaneLease struct {
+	ThreadKey, ClientScope string
+	ReplicaID              string
+	Address                string // the holder's address, for forwarding
+	Epoch                  int64
+}
+
+// LeaseLane takes or renews the lease of a thread for replica me, unless
+// another replica whose heartbeat is at or after liveSince holds it: then
+// it returns that replica's lease (and address) to forward to. A lease of a
+// dead or vanished replica is taken over with the next epoch. One statement
+// decides, so two replicas taking a thread over at once cannot both win.
+func (s *Store) LeaseLane(ctx context.Context, threadKey, scope, me string, liveSince time.Time) (LaneLease, error) {
+	now := s.now().UnixMilli()
+	_, err := s.exec(ctx, `INSERT INTO lane_leases (thread_key, client_scope, replica_id, epoch, renewed_at) VALUES (?, ?, ?, 1, ?)
+		ON CONFLICT (thread_key, client_scope) DO UPDATE SET
+			epoch = CASE WHEN lane_leases.replica_id = excluded.replica_id THEN lane_leases.epoch ELSE lane_leases.epoch + 1 END,
+			replica_id = excluded.replica_id, renewed_at = excluded.renewed_at
+		WHERE lane_leases.replica_id = excluded.replica_id
+			OR NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = lane_leases.replica_id AND r.heartbeat_at >= ?)`,
+		threadKey, scope, me, now, liveSince.UnixMilli())
+	if err != nil {
+		return LaneLease{}, fmt.Errorf("lease lane: %w", err)
+	}
+	var row struct {
+		ReplicaID string         `db:"replica_id"`
+		Epoch     int64          `db:"epoch"`
+		Address   sql.NullString `db:"address"`
+	}
+	err = s.get(ctx, &row, `SELECT l.replica_id, l.epoch, r.address FROM lane_leases l LEFT JOIN replicas r ON r.id = l.replica_id
+		WHERE l.thread_key = ? AND l.client_scope = ?`, threadKey, scope)
+	if err != nil {
+		return LaneLease{}, fmt.Errorf("read lane lease: %w", err)
+	}
+	return LaneLease{ThreadKey: threadKey, ClientScope: scope, ReplicaID: row.ReplicaID, Address: row.Address.String, Epoch: row.Epoch}, nil
+}
+
+// DeleteStaleLeases deletes leases last renewed before before.
+func (s *Store) DeleteStaleLeases(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.exec(ctx, `DELETE FROM lane_leases WHERE renewed_at < ?`, before.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("delete stale leases: %w", err)
+	}
+	return res.RowsAffected()
+}

@@ -142,3 +142,53 @@ func TestAnnouncementsOnSQLite(t *testing.T) {
 	require.NoError(t, s.Listen(ctx, slog.New(slog.DiscardHandler), func(store.Announcement) { called = true }))
 	assert.False(t, called)
 }
+
+// A thread's lease stays with a live holder (others are told where to
+// forward), is renewed by its holder, and is taken over with the next epoch
+// once the holder's heartbeat stopped or its row is gone.
+func TestLaneLeases(t *testing.T) {
+	eachWithClock(t, func(t *testing.T, s *store.Store, clk *clock) {
+		ctx := context.Background()
+		beat := func(id string) {
+			require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: id, Name: id, Address: "http://" + id, StartedAt: clk.Now()}))
+		}
+		live := func() time.Time { return clk.Now().Add(-15 * time.Second) }
+		beat("r1")
+		beat("r2")
+
+		l, err := s.LeaseLane(ctx, "v1:thread:t", "key_1", "r1", live())
+		require.NoError(t, err)
+		assert.Equal(t, store.LaneLease{ThreadKey: "v1:thread:t", ClientScope: "key_1", ReplicaID: "r1", Address: "http://r1", Epoch: 1}, l)
+		l, err = s.LeaseLane(ctx, "v1:thread:t", "key_1", "r2", live())
+		require.NoError(t, err)
+		assert.Equal(t, "r1", l.ReplicaID, "a live holder keeps its thread")
+		assert.Equal(t, "http://r1", l.Address, "where r2 forwards to")
+		other, err := s.LeaseLane(ctx, "v1:thread:t", "key_2", "r2", live())
+		require.NoError(t, err)
+		assert.Equal(t, "r2", other.ReplicaID, "another client scope is another lease")
+
+		clk.Add(10 * time.Second)
+		l, err = s.LeaseLane(ctx, "v1:thread:t", "key_1", "r1", live())
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), l.Epoch, "a renewal keeps the epoch")
+
+		clk.Add(20 * time.Second) // r1 stopped beating
+		beat("r2")
+		l, err = s.LeaseLane(ctx, "v1:thread:t", "key_1", "r2", live())
+		require.NoError(t, err)
+		assert.Equal(t, "r2", l.ReplicaID, "a dead holder's lease is taken over")
+		assert.Equal(t, int64(2), l.Epoch)
+
+		require.NoError(t, s.RemoveReplica(ctx, "r2"))
+		beat("r3")
+		l, err = s.LeaseLane(ctx, "v1:thread:t", "key_1", "r3", live())
+		require.NoError(t, err)
+		assert.Equal(t, "r3", l.ReplicaID, "so is a vanished holder's")
+		assert.Equal(t, int64(3), l.Epoch)
+
+		clk.Add(time.Minute)
+		n, err := s.DeleteStaleLeases(ctx, clk.Now().Add(-30*time.Second))
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), n)
+	})
+}
