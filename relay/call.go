@@ -19,6 +19,7 @@ type call struct {
 	transport string // http, ws
 	path      string
 	sub       string // "" or "/compact"
+	hopFrom   string // the replica that forwarded this request here, if one did
 	client    client
 	ident     Identity
 	header    http.Header // the client's headers, as forwarded upstream

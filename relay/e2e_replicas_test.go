@@ -4,13 +4,17 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
@@ -19,22 +23,28 @@ import (
 
 // replica is one relay process of several sharing a PostgreSQL database.
 type replica struct {
-	relay *relay.Server
-	srv   *httptest.Server
-	stop  func()
+	relay  *relay.Server
+	srv    *httptest.Server
+	served *atomic.Int64 // requests that reached this replica
+	stop   func()
 }
 
 func startReplica(t *testing.T, dbURL, name string) *replica {
 	t.Helper()
 	st := storetest.Open(t, dbURL, store.Options{})
-	rl := relay.New(relay.Config{Store: st, Logger: testLogger(t).With("replica", name),
-		Replica: relay.ReplicaConfig{Name: name, Heartbeat: 100 * time.Millisecond}})
-	srv := httptest.NewServer(rl)
+	var rl *relay.Server
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		rl.ServeHTTP(w, r)
+	}))
+	rl = relay.New(relay.Config{Store: st, Logger: testLogger(t).With("replica", name),
+		Replica: relay.ReplicaConfig{Name: name, Heartbeat: 100 * time.Millisecond, Address: srv.URL, HopKey: []byte("test hop key, shared by replicas")}})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { rl.Run(ctx) })
 	var once sync.Once
-	r := &replica{relay: rl, srv: srv, stop: func() {
+	r := &replica{relay: rl, srv: srv, served: &served, stop: func() {
 		once.Do(func() {
 			cancel()
 			wg.Wait()
@@ -44,6 +54,23 @@ func startReplica(t *testing.T, dbURL, name string) *replica {
 	}}
 	t.Cleanup(r.stop)
 	return r
+}
+
+// roundRobin is a load balancer that sends each request to the next
+// replica in turn, as a plain one in front of several replicas does.
+func roundRobin(t *testing.T, replicas ...*replica) *httptest.Server {
+	var next atomic.Int64
+	proxies := make([]*httputil.ReverseProxy, len(replicas))
+	for i, r := range replicas {
+		u, err := url.Parse(r.srv.URL)
+		require.NoError(t, err)
+		proxies[i] = &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, FlushInterval: -1}
+	}
+	lb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxies[int(next.Add(1))%len(proxies)].ServeHTTP(w, r)
+	}))
+	t.Cleanup(lb.Close)
+	return lb
 }
 
 // Two replicas on one PostgreSQL: each lists the other's lanes (from its
@@ -100,3 +127,67 @@ func TestReplicasShareLanesAndResets(t *testing.T) {
 	require.Eventually(t, func() bool { return !laneOn(a, "replica-b") }, 10*time.Second, 20*time.Millisecond,
 		"a stopped replica's lanes leave the listing")
 }
+
+// The real Codex CLI over HTTP behind a round-robin load balancer in front
+// of two replicas: every request of the thread is served by the replica
+// holding its lane (the other forwards it), so one upstream lane carries
+// the whole thread with deltas, and when that replica stops the other
+// takes the thread over.
+func TestCodexAcrossReplicasBehindALoadBalancer(t *testing.T) {
+	dbURL := storetest.PostgresURL(t)
+	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Logger: testLogger(t)})
+	t.Cleanup(sim.Close)
+	setup := storetest.Open(t, dbURL, store.Options{})
+	_, err := setup.CreateAccount(context.Background(), store.Account{Kind: store.KindChatGPT, Label: "a1", BaseURL: sim.CodexBaseURL(), ChatGPTAccountID: "a1"},
+		store.Credentials{AccessToken: "at-a1", RefreshToken: "rt-a1"})
+	require.NoError(t, err)
+	a, b := startReplica(t, dbURL, "replica-a"), startReplica(t, dbURL, "replica-b")
+	require.Eventually(t, func() bool { return len(a.relay.Lanes()) == 0 && replicasSee(t, setup) == 2 }, 10*time.Second, 20*time.Millisecond)
+	lb := roundRobin(t, a, b)
+
+	ctx := context.Background()
+	codex := codexcli.New(t, codexcli.Provider{BaseURL: lb.URL + "/backend-api/codex", WebSockets: false, Key: "unused"})
+	res, err := codex.Exec(ctx, `run it [[sim:tool exec_command {"cmd":"echo across-replicas"}]]`, codexcli.RunOptions{BypassSandbox: true})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, res.Stderr)
+	assert.Contains(t, res.FinalMessage, "across-replicas")
+	resumed, err := codex.Resume(ctx, res.ThreadID, "and once more", codexcli.RunOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, resumed.ExitCode, resumed.Stderr)
+
+	assert.Positive(t, a.served.Load(), "the balancer used replica a")
+	assert.Positive(t, b.served.Load(), "and replica b")
+	assert.Equal(t, 1, a.relay.Bridge().Len()+b.relay.Bridge().Len(), "one lane for the thread, on one replica")
+	recs := h0(t, sim).responseRecords(res.ThreadID)
+	require.GreaterOrEqual(t, len(recs), 3)
+	for _, r := range recs[1:] {
+		assert.Equal(t, recs[0].ConnID, r.ConnID, "every request went over the holder's lane")
+	}
+	assert.Equal(t, recs[0].ResponseID, recs[1].PreviousResponseID, "the tool turn's second request went as a delta on it")
+	logged, _, err := setup.Requests(ctx, store.RequestFilter{ThreadID: res.ThreadID})
+	require.NoError(t, err)
+	assert.Len(t, logged, len(recs), "each request logged once, by the replica that served it")
+
+	// The holder stops: the other replica takes the thread over.
+	holder, other := a, b
+	if b.relay.Bridge().Len() == 1 {
+		holder, other = b, a
+	}
+	holder.stop()
+	codex2 := codexcli.New(t, codexcli.Provider{BaseURL: other.srv.URL + "/backend-api/codex", WebSockets: false, Key: "unused"})
+	codex2.Home = codex.Home
+	again, err := codex2.Resume(ctx, res.ThreadID, "after the holder stopped", codexcli.RunOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, again.ExitCode, again.Stderr)
+	assert.Equal(t, 1, other.relay.Bridge().Len(), "the surviving replica holds the thread's lane now")
+}
+
+// replicasSee counts the replicas registered as live.
+func replicasSee(t *testing.T, st *store.Store) int {
+	reps, err := st.Replicas(context.Background(), time.Now().Add(-time.Second))
+	require.NoError(t, err)
+	return len(reps)
+}
+
+// h0 wraps a sim for its record helpers.
+func h0(t *testing.T, sim *upstreamtest.Server) *harness { return &harness{t: t, sim: sim} }

@@ -28,6 +28,12 @@ type ReplicaConfig struct {
 	// Heartbeat is how often the replica renews its row; one silent for
 	// three heartbeats is dead. Default 5s.
 	Heartbeat time.Duration
+	// Address is the base URL the other replicas forward requests to ("":
+	// this replica takes no forwarded requests and forwards none).
+	Address string
+	// HopKey signs and checks forwarded requests; every replica derives
+	// the same from the shared secret key. Nil: no forwarding.
+	HopKey []byte
 }
 
 func (c ReplicaConfig) withDefaults() ReplicaConfig {
@@ -67,7 +73,7 @@ func (s *Server) heartbeat(ctx context.Context) {
 		}
 		bctx, cancel := context.WithTimeout(ctx, rc.Heartbeat)
 		defer cancel()
-		if err := s.cfg.Store.Heartbeat(bctx, store.Replica{ID: rc.ID, Name: rc.Name, StartedAt: started, Lanes: snap}); err != nil {
+		if err := s.cfg.Store.Heartbeat(bctx, store.Replica{ID: rc.ID, Name: rc.Name, Address: rc.Address, StartedAt: started, Lanes: snap}); err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("replica heartbeat", "err", err)
 			}
@@ -81,9 +87,13 @@ func (s *Server) heartbeat(ctx context.Context) {
 			return
 		}
 		var remote []LaneInfo
+		peers := 0
 		for _, r := range reps {
 			if r.ID == rc.ID {
 				continue
+			}
+			if r.Address != "" {
+				peers++
 			}
 			var ls []LaneInfo
 			if err := json.Unmarshal(r.Lanes, &ls); err != nil {
@@ -96,6 +106,7 @@ func (s *Server) heartbeat(ctx context.Context) {
 			remote = append(remote, ls...)
 		}
 		s.remoteLanes.Store(&remote)
+		s.peers.Store(int64(peers))
 	}
 	beat()
 	t := time.NewTicker(rc.Heartbeat)

@@ -49,6 +49,10 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 		// The relay made this turn state up; the upstream never saw it.
 		c.header.Del(wire.HeaderTurnState)
 	}
+	if s.forward(w, r, c) {
+		return // served by the replica holding the thread's lane
+	}
+	c.header.Del(HeaderHop)
 	s.dispatchHTTP(ctx, w, c)
 }
 

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -83,6 +84,15 @@ type Server struct {
 	// remoteLanes are the other live replicas' lanes, from their last
 	// heartbeats (nil until Run has looked).
 	remoteLanes atomic.Pointer[[]LaneInfo]
+	// peers counts the other live replicas that take forwarded requests.
+	peers atomic.Int64
+	// leased remembers the threads whose lease this replica renewed, and
+	// when (leaseKey -> time.Time), so a lease is written once a minute.
+	leased sync.Map
+	// hop carries requests forwarded to other replicas: no ambient proxy,
+	// and a short dial deadline, so a dead replica fails fast and the
+	// request is served here.
+	hop http.RoundTripper
 }
 
 // New builds the relay server.
@@ -124,6 +134,8 @@ func New(cfg Config) *Server {
 		conts:   cfg.Continuity,
 		closing: closing,
 		close:   cancel,
+		hop: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute},
 	}
 	if !cfg.DisableBridge {
 		pc := cfg.Bridge
@@ -189,6 +201,16 @@ func (s *Server) Run(ctx context.Context) {
 			if _, err := s.cfg.Store.DeleteExpiredBindings(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("delete expired bindings", "err", err)
 			}
+			now := s.cfg.Now()
+			if _, err := s.cfg.Store.DeleteStaleLeases(ctx, now.Add(-leaseTTL)); err != nil && ctx.Err() == nil {
+				s.log.Warn("delete stale lane leases", "err", err)
+			}
+			s.leased.Range(func(k, v any) bool {
+				if now.Sub(v.(time.Time)) > leaseTTL {
+					s.leased.Delete(k)
+				}
+				return true
+			})
 		}
 	}
 }

@@ -57,7 +57,8 @@ var droppedHeaders = map[string]bool{
 	"Authorization": true, "Cookie": true, "Chatgpt-Account-Id": true, "Openai-Organization": true,
 	"Openai-Project": true, "X-Api-Key": true, "Api-Key": true,
 	"Host": true, "Content-Length": true, "Content-Encoding": true, "Accept-Encoding": true,
-	"Forwarded": true, "X-Forwarded-For": true, "X-Forwarded-Host": true, "X-Forwarded-Proto": true, "X-Real-Ip": true,
+	"X-Codex-Relay-Hop": true,
+	"Forwarded":         true, "X-Forwarded-For": true, "X-Forwarded-Host": true, "X-Forwarded-Proto": true, "X-Real-Ip": true,
 	"Sec-Websocket-Key": true, "Sec-Websocket-Version": true, "Sec-Websocket-Extensions": true,
 	"Sec-Websocket-Protocol": true, "Sec-Websocket-Accept": true, "Origin": true,
 }

@@ -179,11 +179,16 @@ func openStore(ctx context.Context, c cli, f dbFlags, log *slog.Logger, withoutS
 	return st, err
 }
 
-// sessionKey derives the console's cookie-signing key from the secret key,
-// so sessions survive a restart and hold on every replica.
-func sessionKey(secret []byte) []byte {
+// derivedKey derives a key for one purpose from the secret key, so every
+// replica (sharing the secret) derives the same: console sessions survive a
+// restart and hold on every replica, and replicas accept each other's
+// forwarded requests. Nil without a secret (the store opened without one).
+func derivedKey(secret []byte, purpose string) []byte {
+	if secret == nil {
+		return nil
+	}
 	h := sha256.New()
-	h.Write([]byte("codex-relay console sessions v1\x00"))
+	h.Write([]byte(purpose + "\x00"))
 	h.Write(secret)
 	return h.Sum(nil)
 }

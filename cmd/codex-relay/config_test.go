@@ -75,3 +75,19 @@ func TestShutdownCutsRequestsAfterTheGraceTime(t *testing.T) {
 		t.Fatal("the open request was not cut")
 	}
 }
+
+func TestAdvertiseURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		addr *net.TCPAddr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2455}, "http://127.0.0.1:2455"},
+		{&net.TCPAddr{IP: net.IPv6loopback, Port: 5}, "http://[::1]:5"},
+		{&net.TCPAddr{IP: net.IPv4zero, Port: 2455}, ""},
+		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 2455}, ""},
+		{&net.TCPAddr{Port: 2455}, ""},
+	} {
+		assert.Equal(t, tc.want, advertiseURL(tc.addr), "%v", tc.addr)
+	}
+}

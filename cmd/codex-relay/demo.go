@@ -70,7 +70,7 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveRelay(ctx, c, st, adminHash, *addr, 5*time.Second, log, relayOptions{tokenURL: sim.TokenURL(), sessionKey: sessionKey(secret)}, func(a string) {
+	return serveRelay(ctx, c, st, adminHash, *addr, 5*time.Second, log, relayOptions{tokenURL: sim.TokenURL(), secret: secret}, func(a string) {
 		printDemoBanner(c, a, key, sim.URL, st.Location().String())
 	})
 }

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
+	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // syncBuffer is a bytes.Buffer safe to write from the command and read from the test.
@@ -250,4 +254,99 @@ func TestMigrateCommand(t *testing.T) {
 	assert.Equal(t, m[2], m[1], "fully migrated")
 	_, err = os.Stat(filepath.Join(filepath.Dir(db), secretKeyFile))
 	assert.ErrorIs(t, err, os.ErrNotExist, "migrate needs and makes no secret key")
+}
+
+// A console session survives a restart: its cookie is signed with a key
+// derived from the secret key, not one made up per process.
+func TestConsoleSessionSurvivesRestart(t *testing.T) {
+	env := map[string]string{"CODEX_RELAY_DATABASE_URL": filepath.Join(t.TempDir(), "relay.db"), "CODEX_RELAY_ADMIN_TOKEN": "admin-token-for-the-console"}
+	r := start(t, env)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get(r.url + "/admin/login")
+	require.NoError(t, err)
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`name="_csrf" value="([^"]+)"`).FindSubmatch(page)
+	require.NotNil(t, m, "%s", page)
+	resp, err = client.PostForm(r.url+"/admin/login", url.Values{"token": {env["CODEX_RELAY_ADMIN_TOKEN"]}, "_csrf": {string(m[1])}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	signedIn := func(base string) int {
+		resp, err := client.Get(base + "/admin/accounts")
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, signedIn(r.url))
+	require.NoError(t, r.stop())
+
+	again := start(t, env)
+	assert.Equal(t, http.StatusOK, signedIn(again.url), "the same session cookie works after a restart")
+}
+
+// Two `serve` replicas on one PostgreSQL, as an operator runs them: a
+// thread's requests alternate between them (a round-robin balancer), and
+// the one not holding the thread's lane forwards to the one that does, so
+// a single upstream lane carries the thread with deltas.
+func TestTwoServeReplicasShareAThread(t *testing.T) {
+	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: []upstreamtest.Account{{ID: "k1", Kind: upstreamtest.KindOpenAI, AccessToken: "sk-sim-k1"}}})
+	t.Cleanup(sim.Close)
+	env := func() map[string]string {
+		return map[string]string{"CODEX_RELAY_DATABASE_URL": "", "CODEX_RELAY_SECRET_KEY": "a-secret-the-replicas-share",
+			"CODEX_RELAY_ADMIN_TOKEN": "admin-token-of-both", "CODEX_RELAY_LOG_LEVEL": "warn"}
+	}
+	pg := storetest.PostgresURL(t)
+	envA, envB := env(), env()
+	envA["CODEX_RELAY_DATABASE_URL"], envB["CODEX_RELAY_DATABASE_URL"] = pg, pg
+	a := start(t, envA)
+	b := start(t, envB)
+	token := envA["CODEX_RELAY_ADMIN_TOKEN"]
+	code, _, raw := request(t, "POST", a.url+"/api/v1/accounts", token, map[string]any{"label": "k1", "kind": "openai", "base_url": sim.OpenAIBaseURL(), "api_key": "sk-sim-k1"})
+	require.Equal(t, 201, code, raw)
+	code, key, raw := request(t, "POST", b.url+"/api/v1/keys", token, map[string]any{"name": "codex"})
+	require.Equal(t, 201, code, raw)
+
+	var history []any
+	for turn := range 4 {
+		history = append(history, map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": fmt.Sprintf("turn %d", turn)}}})
+		body, err := json.Marshal(map[string]any{"model": "gpt-5.4", "stream": true, "store": false, "input": history})
+		require.NoError(t, err)
+		base := []string{a.url, b.url}[turn%2]
+		req, err := http.NewRequest(http.MethodPost, base+"/v1/responses", bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+key["key"].(string))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("session_id", "019a2222-0000-7000-8000-000000000001")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		sse, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(sse))
+		m := regexp.MustCompile(`(?m)^event: response\.completed\ndata: (.*)$`).FindSubmatch(sse)
+		require.NotNil(t, m, "turn %d ends completed: %s", turn, sse)
+		var done struct {
+			Response struct {
+				Output []any `json:"output"`
+			} `json:"response"`
+		}
+		require.NoError(t, json.Unmarshal(m[1], &done))
+		history = append(history, done.Response.Output...)
+	}
+	recs := sim.Requests(upstreamtest.RecordFilter{})
+	require.Len(t, recs, 4)
+	for i, r := range recs {
+		assert.Equal(t, recs[0].ConnID, r.ConnID, "turn %d on the one lane", i)
+		if i > 0 {
+			assert.Equal(t, recs[i-1].ResponseID, r.PreviousResponseID, "turn %d went as a delta", i)
+		}
+	}
+	code, lanes, raw := request(t, "GET", a.url+"/api/v1/lanes", token, nil)
+	require.Equal(t, 200, code, raw)
+	if list, _ := lanes["lanes"].([]any); len(list) > 0 {
+		assert.NotEmpty(t, list[0].(map[string]any)["replica"], "a lane names its replica")
+	}
 }

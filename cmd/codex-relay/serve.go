@@ -30,6 +30,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "how long open requests may finish after SIGINT/SIGTERM")
 	tokenURL := fs.String("token-url", envOr(c, "CODEX_RELAY_TOKEN_URL", oauth.DefaultTokenURL), "OAuth token endpoint that refreshes ChatGPT accounts' tokens (env CODEX_RELAY_TOKEN_URL)")
 	fallbackModel := fs.String("fallback-model", envOr(c, "CODEX_RELAY_FALLBACK_MODEL", ""), "model requests ask for when they fall back to accounts tagged \"fallback\" (env CODEX_RELAY_FALLBACK_MODEL); empty: the client's model")
+	advertise := fs.String("advertise-url", envOr(c, "CODEX_RELAY_ADVERTISE_URL", ""), "base URL the other replicas reach this one at, to forward a thread's requests to the replica holding its lane (env CODEX_RELAY_ADVERTISE_URL); default http://<listen address>, or none when listening on all interfaces without it")
 	fs.Usage = withEnvNotes(fs.Usage, c)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -41,7 +42,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, c, db, log, false)
+	st, secret, err := openStoreWithKey(ctx, c, db, log, false)
 	if err != nil {
 		return err
 	}
@@ -51,14 +52,16 @@ func runServe(ctx context.Context, c cli, args []string) error {
 		return err
 	}
 
-	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel}, nil)
+	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel,
+		secret: secret, advertise: *advertise}, nil)
 }
 
 // relayOptions are the relay settings serve and demo pass down.
 type relayOptions struct {
 	tokenURL      string // where ChatGPT refresh tokens are redeemed
 	fallbackModel string // the model a request asks for in the fallback group
-	sessionKey    []byte // signs console sessions; random per process when nil
+	secret        []byte // the secret key: console sessions and replica hops are signed with keys derived from it
+	advertise     string // base URL other replicas forward to; "" derives it from the listener
 }
 
 // serveRelay assembles the relay and its web front on st and serves on addr
@@ -70,7 +73,17 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	tokens := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: up.HTTP, TokenURL: opts.tokenURL, Logger: log.With("component", "tokens")})
 	defer tokens.Close()
 	poller := oauth.NewUsagePoller(oauth.UsagePollerConfig{Store: st, Tokens: tokens, HTTPClient: up.HTTP, Logger: log.With("component", "usage")})
-	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	advertise := opts.advertise
+	if advertise == "" {
+		advertise = advertiseURL(ln.Addr())
+	}
+	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel,
+		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, "codex-relay replica hop v1")}})
 	rctx, stopRelay := context.WithCancel(ctx)
 	var background sync.WaitGroup
 	background.Add(2)
@@ -91,12 +104,8 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 		return a, nil
 	}
 	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl,
-		SessionKey: opts.sessionKey, Probe: probe})
+		SessionKey: derivedKey(opts.secret, "codex-relay console sessions v1"), Probe: probe})
 
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	hs := &http.Server{
 		Handler:           srv,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -162,4 +171,15 @@ func runMigrate(ctx context.Context, c cli, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "database %s at schema version %d of %d\n", st.Location(), cur, latest)
 	return nil
+}
+
+// advertiseURL is the base URL other replicas reach this one at: the
+// listener's own address, unless it listens on every interface (then no
+// one address is known to be reachable, and it takes no forwarded requests).
+func advertiseURL(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
+		return ""
+	}
+	return "http://" + tcp.String()
 }

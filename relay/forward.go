@@ -1,0 +1,145 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A thread's HTTP requests are served by the replica holding its lease
+// (the one with its bridge lane), so its lane's chain keeps working
+// whichever replica a load balancer picks. A request reaching another
+// replica is forwarded there over a signed hop; a forwarded request is
+// served where it lands, never forwarded again. Without other replicas,
+// or when the holder cannot be reached, it is served here.
+
+// HeaderHop carries a forwarded request's signature:
+// "<replica id>.<unix seconds>.<hex HMAC-SHA256>".
+const HeaderHop = "X-Codex-Relay-Hop"
+
+// hopSkew bounds how far a hop's time may be from the receiver's clock.
+const hopSkew = time.Minute
+
+// leaseRenewal is how often a replica rewrites a lease it holds.
+const leaseRenewal = time.Minute
+
+// leaseTTL is how long a lease lives without renewal (lanes close after 5
+// idle minutes; a thread quiet for longer is placed afresh).
+const leaseTTL = 15 * time.Minute
+
+// signHop signs a forwarded request from replica from at time at.
+func signHop(key []byte, from string, at time.Time, method, path string, body []byte) string {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	return from + "." + ts + "." + hex.EncodeToString(hopMAC(key, from, ts, method, path, body))
+}
+
+func hopMAC(key []byte, from, ts, method, path string, body []byte) []byte {
+	sum := sha256.Sum256(body)
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "%s\n%s\n%s\n%s\n%x", from, ts, method, path, sum)
+	return m.Sum(nil)
+}
+
+// verifyHop checks a hop header and returns the replica that forwarded
+// the request. It is pure.
+func verifyHop(key []byte, header, method, path string, body []byte, now time.Time) (from string, ok bool) {
+	if len(key) == 0 || header == "" {
+		return "", false
+	}
+	parts := strings.Split(header, ".")
+	if len(parts) != 3 || parts[0] == "" {
+		return "", false
+	}
+	secs, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return "", false
+	}
+	if d := now.Sub(time.Unix(secs, 0)); d > hopSkew || d < -hopSkew {
+		return "", false
+	}
+	got, err := hex.DecodeString(parts[2])
+	if err != nil || !hmac.Equal(got, hopMAC(key, parts[0], parts[1], method, path, body)) {
+		return "", false
+	}
+	return parts[0], true
+}
+
+func leaseKey(c *call) string { return c.client.scope() + "\x00" + string(c.ident.Key) }
+
+// forward serves c from the replica holding its thread's lease, when that
+// is another live replica; it reports whether it did (the client has its
+// answer). A request this replica should serve, or whose holder cannot be
+// reached, is left to the caller.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) bool {
+	rc := s.cfg.Replica
+	if c.sub != "" || s.pool == nil || c.ident.Key == "" || s.cfg.Store == nil || len(rc.HopKey) == 0 || rc.Address == "" {
+		return false
+	}
+	now := s.cfg.Now()
+	if from, ok := verifyHop(rc.HopKey, r.Header.Get(HeaderHop), r.Method, r.URL.Path, c.body, now); ok {
+		c.hopFrom = from // served here whatever the lease says: a hop is never forwarded again
+	}
+	if t, ok := s.leased.Load(leaseKey(c)); ok && now.Sub(t.(time.Time)) < leaseRenewal {
+		return false // held here and renewed lately; a live replica keeps its leases
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	lease, err := s.cfg.Store.LeaseLane(ctx, string(c.ident.Key), c.client.scope(), rc.ID, now.Add(-3*rc.Heartbeat))
+	cancel()
+	if err != nil {
+		s.log.Warn("lane lease", "err", err)
+		return false
+	}
+	if lease.ReplicaID == rc.ID {
+		s.leased.Store(leaseKey(c), now)
+		return false
+	}
+	if c.hopFrom != "" || lease.Address == "" {
+		return false // forwarded here (the lease moved meanwhile), or the holder takes no forwards
+	}
+	target, err := url.Parse(lease.Address)
+	if err != nil {
+		s.log.Warn("replica address unusable", "replica", lease.ReplicaID, "address", lease.Address, "err", err)
+		return false
+	}
+	failed := false
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = target.Host
+			// The body as read here: decompressed, so its encoding goes.
+			pr.Out.Body = http.NoBody
+			if len(c.body) > 0 {
+				pr.Out.Body = readCloser{bytes.NewReader(c.body)}
+			}
+			pr.Out.ContentLength = int64(len(c.body))
+			pr.Out.Header.Del("Content-Encoding")
+			pr.Out.Header.Del("Content-Length")
+			pr.Out.Header.Set(HeaderHop, signHop(rc.HopKey, rc.ID, now, r.Method, r.URL.Path, c.body))
+		},
+		Transport:     s.hop,
+		FlushInterval: -1, // events reach the client as they come
+		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
+			failed = true
+			s.log.Warn("forward to the lane's replica failed; serving here", "replica", lease.ReplicaID, "err", err)
+		},
+	}
+	proxy.ServeHTTP(w, r)
+	if failed {
+		return false
+	}
+	s.metrics.lanes.WithLabelValues("forwarded").Inc()
+	return true
+}
+
+type readCloser struct{ *bytes.Reader }
+
+func (readCloser) Close() error { return nil }

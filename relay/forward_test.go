@@ -1,0 +1,42 @@
+package relay
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestHopSignature(t *testing.T) {
+	t.Parallel()
+	key := []byte("shared hop key")
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	body := []byte(`{"input":[]}`)
+	good := signHop(key, "rep_a", at, "POST", "/v1/responses", body)
+	for _, tc := range []struct {
+		name         string
+		key          []byte
+		header, path string
+		body         []byte
+		now          time.Time
+		ok           bool
+	}{
+		{"valid", key, good, "/v1/responses", body, at.Add(5 * time.Second), true},
+		{"clock a little behind", key, good, "/v1/responses", body, at.Add(-30 * time.Second), true},
+		{"too old: a replayed hop", key, good, "/v1/responses", body, at.Add(2 * time.Minute), false},
+		{"another key", []byte("other"), good, "/v1/responses", body, at, false},
+		{"no key here", nil, good, "/v1/responses", body, at, false},
+		{"body changed", key, good, "/v1/responses", []byte(`{"input":[1]}`), at, false},
+		{"path changed", key, good, "/backend-api/codex/responses", body, at, false},
+		{"replica changed", key, "rep_b" + good[len("rep_a"):], "/v1/responses", body, at, false},
+		{"missing", key, "", "/v1/responses", body, at, false},
+		{"garbage", key, "a.b.c", "/v1/responses", body, at, false},
+		{"too few parts", key, "rep_a.123", "/v1/responses", body, at, false},
+	} {
+		from, ok := verifyHop(tc.key, tc.header, "POST", tc.path, tc.body, tc.now)
+		assert.Equal(t, tc.ok, ok, tc.name)
+		if ok {
+			assert.Equal(t, "rep_a", from, tc.name)
+		}
+	}
+}
