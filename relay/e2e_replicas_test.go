@@ -56,6 +56,19 @@ func startReplica(t *testing.T, dbURL, name string) *replica {
 	return r
 }
 
+// replicaDatabase is a fresh PostgreSQL database with one account of a
+// fresh sim in it, for replicas to share.
+func replicaDatabase(t *testing.T) (string, *upstreamtest.Server, *store.Store) {
+	dbURL := storetest.PostgresURL(t)
+	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Logger: testLogger(t)})
+	t.Cleanup(sim.Close)
+	setup := storetest.Open(t, dbURL, store.Options{})
+	_, err := setup.CreateAccount(context.Background(), store.Account{Kind: store.KindChatGPT, Label: "a1", BaseURL: sim.CodexBaseURL(), ChatGPTAccountID: "a1"},
+		store.Credentials{AccessToken: "at-a1", RefreshToken: "rt-a1"})
+	require.NoError(t, err)
+	return dbURL, sim, setup
+}
+
 // roundRobin is a load balancer that sends each request to the next
 // replica in turn, as a plain one in front of several replicas does.
 func roundRobin(t *testing.T, replicas ...*replica) *httptest.Server {
@@ -78,13 +91,7 @@ func roundRobin(t *testing.T, replicas ...*replica) *httptest.Server {
 // and drops its continuity there, and a stopped replica's lanes leave the
 // listing.
 func TestReplicasShareLanesAndResets(t *testing.T) {
-	dbURL := storetest.PostgresURL(t)
-	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Logger: testLogger(t)})
-	t.Cleanup(sim.Close)
-	setup := storetest.Open(t, dbURL, store.Options{})
-	_, err := setup.CreateAccount(context.Background(), store.Account{Kind: store.KindChatGPT, Label: "a1", BaseURL: sim.CodexBaseURL(), ChatGPTAccountID: "a1"},
-		store.Credentials{AccessToken: "at-a1", RefreshToken: "rt-a1"})
-	require.NoError(t, err)
+	dbURL, sim, setup := replicaDatabase(t)
 
 	a, b := startReplica(t, dbURL, "replica-a"), startReplica(t, dbURL, "replica-b")
 	h := &harness{t: t, sim: sim, store: setup, relay: b.relay, srv: b.srv}
@@ -134,13 +141,7 @@ func TestReplicasShareLanesAndResets(t *testing.T) {
 // the whole thread with deltas, and when that replica stops the other
 // takes the thread over.
 func TestCodexAcrossReplicasBehindALoadBalancer(t *testing.T) {
-	dbURL := storetest.PostgresURL(t)
-	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Logger: testLogger(t)})
-	t.Cleanup(sim.Close)
-	setup := storetest.Open(t, dbURL, store.Options{})
-	_, err := setup.CreateAccount(context.Background(), store.Account{Kind: store.KindChatGPT, Label: "a1", BaseURL: sim.CodexBaseURL(), ChatGPTAccountID: "a1"},
-		store.Credentials{AccessToken: "at-a1", RefreshToken: "rt-a1"})
-	require.NoError(t, err)
+	dbURL, sim, setup := replicaDatabase(t)
 	a, b := startReplica(t, dbURL, "replica-a"), startReplica(t, dbURL, "replica-b")
 	require.Eventually(t, func() bool { return len(a.relay.Lanes()) == 0 && replicasSee(t, setup) == 2 }, 10*time.Second, 20*time.Millisecond)
 	lb := roundRobin(t, a, b)
