@@ -87,13 +87,9 @@ func (s *Server) heartbeat(ctx context.Context) {
 			return
 		}
 		var remote []LaneInfo
-		peers := 0
 		for _, r := range reps {
 			if r.ID == rc.ID {
 				continue
-			}
-			if r.Address != "" {
-				peers++
 			}
 			var ls []LaneInfo
 			if err := json.Unmarshal(r.Lanes, &ls); err != nil {
@@ -106,7 +102,6 @@ func (s *Server) heartbeat(ctx context.Context) {
 			remote = append(remote, ls...)
 		}
 		s.remoteLanes.Store(&remote)
-		s.peers.Store(int64(peers))
 	}
 	beat()
 	t := time.NewTicker(rc.Heartbeat)

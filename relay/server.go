@@ -84,15 +84,13 @@ type Server struct {
 	// remoteLanes are the other live replicas' lanes, from their last
 	// heartbeats (nil until Run has looked).
 	remoteLanes atomic.Pointer[[]LaneInfo]
-	// peers counts the other live replicas that take forwarded requests.
-	peers atomic.Int64
 	// leased remembers the threads whose lease this replica renewed, and
 	// when (leaseKey -> time.Time), so a lease is written once a minute.
 	leased sync.Map
 	// hop carries requests forwarded to other replicas: no ambient proxy,
 	// and a short dial deadline, so a dead replica fails fast and the
 	// request is served here.
-	hop http.RoundTripper
+	hop *http.Transport
 }
 
 // New builds the relay server.
@@ -157,6 +155,7 @@ func (s *Server) Bridge() *bridge.Pool { return s.pool }
 func (s *Server) Close() {
 	s.close()
 	s.sessions.Wait()
+	s.hop.CloseIdleConnections()
 	if s.pool != nil {
 		s.pool.Close()
 	}
