@@ -92,7 +92,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) bool {
 		return false // held here and renewed lately; a live replica keeps its leases
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	lease, err := s.cfg.Store.LeaseLane(ctx, string(c.ident.Key), c.client.scope(), rc.ID, now.Add(-3*rc.Heartbeat))
+	lease, err := s.cfg.Store.LeaseLane(ctx, string(c.ident.Key), c.client.scope(), rc.ID, s.ReplicaLiveSince())
 	cancel()
 	if err != nil {
 		s.log.Warn("lane lease", "err", err)

@@ -52,6 +52,13 @@ func (c ReplicaConfig) withDefaults() ReplicaConfig {
 	return c
 }
 
+// ReplicaID names this replica among those sharing the database.
+func (s *Server) ReplicaID() string { return s.cfg.Replica.ID }
+
+// ReplicaLiveSince is the heartbeat time before which a replica counts as
+// dead: three heartbeats ago.
+func (s *Server) ReplicaLiveSince() time.Time { return s.cfg.Now().Add(-3 * s.cfg.Replica.Heartbeat) }
+
 // maxSnapshotLanes bounds the lanes a heartbeat publishes.
 const maxSnapshotLanes = 2000
 
@@ -79,7 +86,7 @@ func (s *Server) heartbeat(ctx context.Context) {
 			}
 			return
 		}
-		reps, err := s.cfg.Store.Replicas(bctx, s.cfg.Now().Add(-3*rc.Heartbeat))
+		reps, err := s.cfg.Store.Replicas(bctx, s.ReplicaLiveSince())
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("list replicas", "err", err)

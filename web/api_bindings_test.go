@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -194,6 +195,19 @@ func TestLanesDiagnosticsRequestsAuditAPI(t *testing.T) {
 		assert.Equal(t, "t1", l["thread_id"])
 		assert.Equal(t, "2026-11-30T09:00:00Z", l["opened_at"])
 		assert.EqualValues(t, 3, l["requests"])
+
+		require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "rep_test", Name: "host-a:1", Address: "http://10.0.0.1:2455", StartedAt: opened}))
+		require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "rep_other", Name: "host-b:2", StartedAt: opened.Add(time.Minute), Lanes: json.RawMessage(`[{"kind":"bridge"},{"kind":"direct"}]`)}))
+		code, reps, raw := call(t, srv, http.MethodGet, "/api/v1/replicas", testAdminToken, nil)
+		require.Equal(t, http.StatusOK, code, raw)
+		require.Len(t, reps["replicas"], 2)
+		self := reps["replicas"].([]any)[0].(map[string]any)
+		other := reps["replicas"].([]any)[1].(map[string]any)
+		assert.Equal(t, "host-a:1", self["name"])
+		assert.Equal(t, true, self["self"])
+		assert.Equal(t, "http://10.0.0.1:2455", self["address"])
+		assert.Equal(t, false, other["self"])
+		assert.EqualValues(t, 2, other["lanes"])
 
 		start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 		require.NoError(t, s.LogRequest(ctx, store.RequestRecord{ID: "req_1", ThreadID: "t1", SessionID: "s1", AccountID: "acc_b", Transport: "http",

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -34,6 +36,41 @@ func (s *Server) listLanes(c echo.Context) error {
 		out[i] = viewLane(l)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"lanes": out})
+}
+
+// replicaView is one live replica as the API shows it.
+type replicaView struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	Address     string    `json:"address"`
+	StartedAt   time.Time `json:"started_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	Lanes       int       `json:"lanes"`
+	Self        bool      `json:"self"`
+}
+
+// replicaViews lists the live replicas sharing the database.
+func (s *Server) replicaViews(ctx context.Context) ([]replicaView, error) {
+	reps, err := s.cfg.Store.Replicas(ctx, s.cfg.Relay.ReplicaLiveSince())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]replicaView, len(reps))
+	for i, r := range reps {
+		var lanes []json.RawMessage
+		_ = json.Unmarshal(r.Lanes, &lanes)
+		out[i] = replicaView{ID: r.ID, Name: r.Name, Address: r.Address, StartedAt: r.StartedAt, HeartbeatAt: r.HeartbeatAt,
+			Lanes: len(lanes), Self: r.ID == s.cfg.Relay.ReplicaID()}
+	}
+	return out, nil
+}
+
+func (s *Server) listReplicas(c echo.Context) error {
+	out, err := s.replicaViews(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"replicas": out})
 }
 
 // attemptView is one attempt's diagnostic record as the API shows it.

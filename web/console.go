@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"runtime"
@@ -489,10 +490,32 @@ func (s *Server) settingsPage(c echo.Context) error {
 			{Name: "Live updates", Value: "every " + span(s.cfg.LiveInterval), Note: "overview, lanes and diagnostics, over SSE"},
 		}},
 		{Title: "This replica", Items: []ui.Setting{
-			{Name: "Live lanes", Value: strconv.Itoa(len(s.cfg.Relay.Lanes()))},
+			{Name: "Live lanes", Value: strconv.Itoa(len(s.cfg.Relay.Lanes())), Note: "on every replica"},
 			{Name: "Go", Value: runtime.Version()},
 		}},
 	}}
+	reps, err := s.replicaViews(ctx)
+	if err != nil {
+		return err
+	}
+	group := ui.SettingGroup{Title: "Replicas"}
+	now := s.cfg.Now()
+	for _, r := range reps {
+		name := r.Name
+		if r.Self {
+			name += " (this one)"
+		}
+		note := "takes forwarded requests at " + r.Address
+		if r.Address == "" {
+			note = "takes no forwarded requests (no advertised address)"
+		}
+		group.Items = append(group.Items, ui.Setting{Name: name, Note: note,
+			Value: fmt.Sprintf("up %s, heartbeat %s ago, %d lanes", span(now.Sub(r.StartedAt)), span(now.Sub(r.HeartbeatAt)), r.Lanes)})
+	}
+	if len(group.Items) == 0 {
+		group.Items = []ui.Setting{{Name: "None registered yet", Note: "each replica registers within a heartbeat (5 s) of starting"}}
+	}
+	p.Groups = append(p.Groups, group)
 	return s.render(c, http.StatusOK, ui.SettingsPage(s.frame(c, "settings", "Settings"), p))
 }
 

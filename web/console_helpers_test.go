@@ -45,6 +45,10 @@ func (f *fakeRelay) Forget(reset []store.Binding) {
 }
 
 // forgottenIDs lists the ids of every binding the relay was told to forget.
+func (f *fakeRelay) ReplicaID() string { return "rep_test" }
+
+func (f *fakeRelay) ReplicaLiveSince() time.Time { return time.Now().Add(-15 * time.Second) }
+
 func (f *fakeRelay) forgottenIDs() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

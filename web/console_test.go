@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -49,6 +50,9 @@ func TestConsolePagesRender(t *testing.T) {
 		fr.lanes = []relay.LaneInfo{{Kind: "direct", AccountID: f.a.ID, SessionID: "s1", ThreadID: "t1", OpenedAt: now.Add(-5 * time.Minute), Requests: 7}}
 		fr.inflight[f.a.ID] = 2
 
+		require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "rep_test", Name: "host-a:1", Address: "http://10.0.0.1:2455", StartedAt: now.Add(-time.Hour)}))
+		require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "rep_other", Name: "host-b:2", StartedAt: now.Add(-time.Minute), Lanes: json.RawMessage(`[{"kind":"bridge"}]`)}))
+
 		b := newBrowser(t, srv)
 		b.login()
 		for _, p := range []struct {
@@ -64,7 +68,8 @@ func TestConsolePagesRender(t *testing.T) {
 			{"/admin/diagnostics?class=ok", []string{"failover"}},
 			{"/admin/requests", []string{"gpt-5.5-codex", "1200 / 80 / 0", "laptop", "failover", "/admin/diagnostics?request=req_1"}},
 			{"/admin/keys", []string{"laptop", "active", "all accounts", "Create a client key"}},
-			{"/admin/settings", []string{"Schema version", string(s.Dialect()), "Login rate limit"}},
+			{"/admin/settings", []string{"Schema version", string(s.Dialect()), "Login rate limit", "host-a:1 (this one)", "http://10.0.0.1:2455",
+				"host-b:2", "takes no forwarded requests", "1 lanes"}},
 			{"/admin/audit", []string{`data-action="login"`}},
 		} {
 			rec := b.get(p.path)

@@ -45,6 +45,7 @@ func (s *Server) routes() {
 	api.GET("/bindings/:id", s.getBinding)
 	api.DELETE("/bindings/:id", s.deleteBinding)
 	api.GET("/lanes", s.listLanes)
+	api.GET("/replicas", s.listReplicas)
 	api.GET("/diagnostics", s.listDiagnostics)
 	api.GET("/requests", s.listRequests)
 	api.GET("/audit", s.listAudit)

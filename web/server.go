@@ -60,6 +60,10 @@ type Relay interface {
 	InFlight(accountID string) int
 	// Forget drops the continuity entries and lanes of reset bindings.
 	Forget(reset []store.Binding)
+	// ReplicaID names this replica among those sharing the database.
+	ReplicaID() string
+	// ReplicaLiveSince is the heartbeat time before which a replica is dead.
+	ReplicaLiveSince() time.Time
 }
 
 // noRelay stands in when Config.Relay is nil.
@@ -68,6 +72,10 @@ type noRelay struct{}
 func (noRelay) Lanes() []relay.LaneInfo { return nil }
 func (noRelay) InFlight(string) int     { return 0 }
 func (noRelay) Forget([]store.Binding)  {}
+func (noRelay) ReplicaID() string       { return "" }
+func (noRelay) ReplicaLiveSince() time.Time {
+	return time.Now().Add(-15 * time.Second)
+}
 
 // Server is the HTTP front of the relay. Its fields are static after New;
 // sessions and limiter guard their own state.
