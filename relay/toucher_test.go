@@ -63,3 +63,27 @@ func TestNeedsTouch(t *testing.T) {
 		assert.Equal(t, tc.want, needsTouch(now.Add(-tc.ago), now, tc.ttl), "seen %s ago, ttl %s", tc.ago, tc.ttl)
 	}
 }
+
+// A write that does not finish within the timeout lets the client go; one
+// that finishes disarms the guard, unless another write is still under way.
+func TestWriteGuard(t *testing.T) {
+	t.Parallel()
+	stuck := make(chan struct{}, 4)
+	onStuck := func() { stuck <- struct{}{} }
+	g := &writeGuard{timeout: 30 * time.Millisecond}
+
+	g.begin(onStuck)
+	g.end()
+	time.Sleep(60 * time.Millisecond)
+	assert.Empty(t, stuck, "a finished write is not stuck")
+
+	g.begin(onStuck)
+	g.begin(onStuck)
+	g.end() // the other write is still under way
+	select {
+	case <-stuck:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stuck write was not caught")
+	}
+	g.end()
+}

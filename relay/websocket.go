@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,38 @@ type wsSession struct {
 	// noChain: the upstream refused a chain on this session's lanes (it
 	// keeps none); every request goes in full. Owned by the serving loop.
 	noChain bool
+	// writes ends the connection when a write to the client is stuck.
+	writes writeGuard
+}
+
+// writeGuard closes a client connection whose write has been stuck for
+// clientWriteTimeout. One timer serves the session, armed around each
+// write, so an event costs no context or timer of its own.
+type writeGuard struct {
+	timeout time.Duration // zero: clientWriteTimeout
+	mu      sync.Mutex
+	active  int         // writes under way (the reader may write beside the serving loop)
+	timer   *time.Timer // fires onStuck; created on first use
+}
+
+func (g *writeGuard) begin(onStuck func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.active++
+	d := cmp.Or(g.timeout, clientWriteTimeout)
+	if g.timer == nil {
+		g.timer = time.AfterFunc(d, onStuck)
+		return
+	}
+	g.timer.Reset(d)
+}
+
+func (g *writeGuard) end() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.active--; g.active == 0 {
+		g.timer.Stop()
+	}
 }
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
@@ -156,9 +189,9 @@ func (ws *wsSession) run(ctx context.Context) error {
 }
 
 func (ws *wsSession) write(ctx context.Context, msg []byte) error {
-	wctx, cancel := context.WithTimeout(ctx, clientWriteTimeout)
-	defer cancel()
-	return ws.conn.Write(wctx, websocket.MessageText, msg)
+	ws.writes.begin(func() { ws.conn.CloseNow() }) // a client that stopped reading is let go
+	defer ws.writes.end()
+	return ws.conn.Write(ctx, websocket.MessageText, msg)
 }
 
 // clientMeta is the part of a response.create the relay reads beyond the

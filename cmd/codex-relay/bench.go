@@ -111,6 +111,7 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	logLevel := fs.String("log-level", "error", "relay log level: debug, info, warn or error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof reads it)")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -150,9 +151,22 @@ func runBench(ctx context.Context, c cli, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 4096
+	}
 	rep, err := bench(ctx, c, o, log)
 	if err != nil {
 		return err
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(c.stdout)
