@@ -385,10 +385,20 @@ func (p *Pool) Sweep() {
 // CloseAccount closes the idle lanes of an account (it became unavailable)
 // and reports how many; busy ones are retired when their request ends.
 func (p *Pool) CloseAccount(account string) int {
+	return p.closeIdle(func(e *entry) bool { return e.account == account })
+}
+
+// CloseIdle closes every idle lane and reports how many: what this replica
+// may have missed being told (a reset elsewhere) no lane keeps alive.
+func (p *Pool) CloseIdle() int {
+	return p.closeIdle(func(*entry) bool { return true })
+}
+
+func (p *Pool) closeIdle(match func(*entry) bool) int {
 	var closing []*Lane
 	p.mu.Lock()
 	for k, e := range p.canon {
-		if e.account == account && !e.busy && e.lane != nil {
+		if match(e) && !e.busy && e.lane != nil {
 			p.dropLocked(k, e)
 			closing = append(closing, e.lane)
 		}

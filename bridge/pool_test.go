@@ -261,4 +261,13 @@ func TestCloseAccountAndForget(t *testing.T) {
 	assert.Equal(t, 1, p.Len())
 	assert.Equal(t, 1, p.CloseAccount("acc_a"))
 	assert.Equal(t, 0, p.Len())
+
+	busy, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	idle, err := p.Acquire(ctx, child, "acc_b", u.dialer("acc_b", clk.Now), nil)
+	require.NoError(t, err)
+	idle.Release(State{}, true)
+	assert.Equal(t, 1, p.CloseIdle(), "every idle lane, whatever its account; not the busy one")
+	assert.Equal(t, 1, p.Len())
+	busy.Release(State{}, true)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -192,3 +193,29 @@ func replicasSee(t *testing.T, st *store.Store) int {
 
 // h0 wraps a sim for its record helpers.
 func h0(t *testing.T, sim *upstreamtest.Server) *harness { return &harness{t: t, sim: sim} }
+
+// When a replica's announcement connection drops and comes back, it may
+// have missed a reset: it closes its idle lanes rather than keep a thread
+// on an account it was reset from.
+func TestReplicaDropsLanesAfterALostAnnouncementConnection(t *testing.T) {
+	dbURL, sim, setup := replicaDatabase(t)
+	b := startReplica(t, dbURL, "replica-b")
+	h := &harness{t: t, sim: sim, store: setup, relay: b.relay, srv: b.srv}
+	resp, body := h.post(sessionS, rootT, responseRequest("a lane on b"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, 1, b.relay.Bridge().Len())
+
+	admin, err := sqlx.Open("postgres", dbURL)
+	require.NoError(t, err)
+	defer admin.Close()
+	// Cut the listener's connection (the server ends its backend), again
+	// until it was there to cut: it subscribes in the background.
+	require.Eventually(t, func() bool {
+		var cut int
+		err := admin.Get(&cut, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND query ILIKE 'listen%' AND pid <> pg_backend_pid()`)
+		return err == nil && cut > 0
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return b.relay.Bridge().Len() == 0 }, 15*time.Second, 20*time.Millisecond,
+		"the idle lane was closed once the listener reconnected")
+}

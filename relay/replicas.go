@@ -153,7 +153,15 @@ func (s *Server) applyAnnouncement(a store.Announcement) {
 	case store.AnnounceForget:
 		s.forgetLocal(a.Threads)
 	case store.AnnounceResync:
-		s.log.Warn("announcements resumed after a lost connection: a binding reset made meanwhile on another replica may have left a lane open here until it idles out")
+		// A reset announced while the connection was down went unheard: let
+		// no lane here keep a thread on an account it was reset from. Idle
+		// lanes close; client WebSockets rebuild on a fresh lane.
+		closed := 0
+		if s.pool != nil {
+			closed = s.pool.CloseIdle()
+		}
+		s.registry.each(func(ws *wsSession) { ws.requestLaneReset() })
+		s.log.Warn("announcements resumed after a lost connection: lanes dropped in case a reset was missed", "bridge_lanes_closed", closed)
 	}
 }
 
