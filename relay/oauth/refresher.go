@@ -371,6 +371,12 @@ func (r *Refresher) refreshClaimed(ctx context.Context, log *slog.Logger, a stor
 			r.markReauth(ctx, log, a, rej)
 			return store.Credentials{}, time.Time{}, false, fmt.Errorf("account %s: %w", a.ID, rej)
 		}
+		if why == "expiring" && !exp.IsZero() && r.cfg.Now().Before(exp) {
+			// Refreshed early, and the auth server is out of reach: the
+			// token still works until it expires; the next use tries again.
+			log.Warn("token refresh failed; using the current token until it expires", "err", err, "expires_in", exp.Sub(r.cfg.Now()).Round(time.Second))
+			return cred, exp, false, nil
+		}
 		log.Warn("token refresh failed; account left as it is", "why", why, "err", err, "took", time.Since(start))
 		return store.Credentials{}, time.Time{}, false, fmt.Errorf("account %s: %w", a.ID, err)
 	}

@@ -348,13 +348,21 @@ func TestRejectedRefreshMarksReauthRequired(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, store.StatusActive, got.Status, "a transport failure is not a rejection")
 		}
+		// a3: refreshed early (expiring within the margin) while the auth
+		// server is out of reach: the still valid token is used.
+		a3 := upstreamtest.Account{ID: "a3", AccessToken: "at-a3-still-valid", RefreshToken: "rt-a3", ChatGPTAccountID: "cg-a3"}
+		acct3 := addAccount(t, st, sim, a3, clk.Now().Add(2*time.Minute))
+		early, err := newRefresher(deadURL(t)).Token(ctx, acct3)
+		require.NoError(t, err, "an unreachable auth server does not take a still valid token away")
+		assert.Equal(t, a3.AccessToken, early.AccessToken)
+
 		cred, err := r.Token(ctx, acct2)
 		require.NoError(t, err, "the account still refreshes once the auth server is back")
 		assert.NotEqual(t, a2.AccessToken, cred.AccessToken)
 
 		secrets := []string{a1.AccessToken, a1.RefreshToken, spent["access_token"].(string), spent["refresh_token"].(string),
 			spent["id_token"].(string), bogus.AccessToken, bogus.RefreshToken, a2.AccessToken, a2.RefreshToken,
-			cred.AccessToken, cred.RefreshToken, cred.IDToken}
+			cred.AccessToken, cred.RefreshToken, cred.IDToken, a3.AccessToken, a3.RefreshToken}
 		assertNoTokens(t, "the log", logs.String(), secrets...)
 		assertNoTokens(t, "errors", strings.Join(errText, "\n"), secrets...)
 		accts, err := st.Accounts(ctx)
