@@ -102,8 +102,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) bool {
 		s.leased.Store(leaseKey(c), now)
 		return false
 	}
-	if c.hopFrom != "" || lease.Address == "" {
-		return false // forwarded here (the lease moved meanwhile), or the holder takes no forwards
+	if c.hopFrom != "" || lease.Address == "" || lease.Address == rc.Address {
+		// Forwarded here (the lease moved meanwhile), a holder that takes no
+		// forwards, or this very address (a crashed predecessor whose
+		// heartbeat has not lapsed yet): serve here.
+		return false
 	}
 	target, err := url.Parse(lease.Address)
 	if err != nil {
