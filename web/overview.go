@@ -13,59 +13,13 @@ import (
 	"github.com/codexrelay/codex-relay/web/ui"
 )
 
-// The overview summarises a recent window of the request log and the
-// attempt records. The store lists rows newest first in pages; the window is
-// read page by page until it is covered or overviewMaxRows are read, so a
-// busy relay costs a bounded read (the overview then says it sampled).
+// The overview summarises the last hour of the request log and the attempt
+// records, counted by the database (per minute, per class, busiest
+// threads), so its cost does not grow with traffic.
 const (
 	overviewWindow  = time.Hour
-	overviewMaxRows = 5000
 	overviewThreads = 8
 )
-
-// traffic is the recent records the overview summarises.
-type traffic struct {
-	requests []store.RequestRecord
-	attempts []store.Attempt
-	capped   bool // the window held more rows than were read
-}
-
-func (s *Server) recentTraffic(ctx context.Context, since time.Time) (traffic, error) {
-	var t traffic
-	var capped bool
-	var err error
-	t.requests, capped, err = window(func(off int) ([]store.RequestRecord, int, error) {
-		return s.cfg.Store.Requests(ctx, store.RequestFilter{Since: since, Limit: maxPageLimit, Offset: off})
-	})
-	if err != nil {
-		return t, err
-	}
-	t.capped = capped
-	t.attempts, capped, err = window(func(off int) ([]store.Attempt, int, error) {
-		return s.cfg.Store.Attempts(ctx, store.AttemptFilter{Since: since, Limit: maxPageLimit, Offset: off})
-	})
-	t.capped = t.capped || capped
-	return t, err
-}
-
-// window reads a time window of rows page by page, up to overviewMaxRows,
-// and reports whether it stopped there (capped).
-func window[T any](page func(off int) ([]T, int, error)) ([]T, bool, error) {
-	var out []T
-	for {
-		rows, total, err := page(len(out))
-		if err != nil {
-			return out, false, err
-		}
-		out = append(out, rows...)
-		if len(rows) == 0 || len(out) >= total {
-			return out, false, nil
-		}
-		if len(out) >= overviewMaxRows {
-			return out, true, nil
-		}
-	}
-}
 
 // overview gathers what the overview shows.
 func (s *Server) overview(ctx context.Context) (ui.Overview, error) {
@@ -74,7 +28,7 @@ func (s *Server) overview(ctx context.Context) (ui.Overview, error) {
 	if err != nil {
 		return ui.Overview{}, err
 	}
-	t, err := s.recentTraffic(ctx, now.Add(-overviewWindow))
+	t, err := s.cfg.Store.Traffic(ctx, now, int(overviewWindow/time.Minute), overviewThreads)
 	if err != nil {
 		return ui.Overview{}, err
 	}
@@ -97,82 +51,25 @@ func (s *Server) overview(ctx context.Context) (ui.Overview, error) {
 	return buildOverview(now, accounts, rows, s.cfg.Relay.Lanes(), t, bindings, pins), nil
 }
 
-// buildOverview summarises the window before now. It is a pure function
-// of its inputs.
-func buildOverview(now time.Time, accounts []store.Account, rows []ui.AccountRow, lanes []relay.LaneInfo, t traffic, bindings, pins int) ui.Overview {
-	since := now.Add(-overviewWindow)
+// buildOverview lays out the window before now. It is a pure function of
+// its inputs.
+func buildOverview(now time.Time, accounts []store.Account, rows []ui.AccountRow, lanes []relay.LaneInfo, t store.Traffic, bindings, pins int) ui.Overview {
 	const minutes = int(overviewWindow / time.Minute)
-	var reqPerMin, switchPerMin, errPerMin [minutes]int
-	bucket := func(at time.Time) (int, bool) {
-		if at.Before(since) || at.After(now) {
-			return 0, false
-		}
-		i := minutes - 1 - int(now.Sub(at)/time.Minute)
-		return i, i >= 0 && i < minutes
-	}
-
 	label := map[string]string{}
 	for _, a := range accounts {
 		label[a.ID] = a.Label
 	}
-	type threadStat struct {
-		thread, session, account string
-		last                     time.Time
-		requests, switches, errs int
+	sum := func(v []int) int {
+		n := 0
+		for _, x := range v {
+			n += x
+		}
+		return n
 	}
-	threads := map[string]*threadStat{}
-	nRequests, nFailed := 0, 0
-	for _, r := range t.requests {
-		i, ok := bucket(r.StartedAt)
-		if !ok {
-			continue
-		}
-		nRequests++
-		reqPerMin[i]++
-		if r.Status >= 400 {
-			nFailed++
-		}
-		if r.ThreadID == "" {
-			continue
-		}
-		ts := threads[r.ThreadID]
-		if ts == nil {
-			ts = &threadStat{thread: r.ThreadID, session: r.SessionID}
-			threads[r.ThreadID] = ts
-		}
-		ts.requests++
-		if r.Status >= 400 {
-			ts.errs++
-		}
-		if r.StartedAt.After(ts.last) {
-			ts.last, ts.account = r.StartedAt, r.AccountID
-		}
-	}
-	classes := map[string]int{}
-	nSwitches, nErrors := 0, 0
-	for _, a := range t.attempts {
-		i, ok := bucket(a.StartedAt)
-		if !ok {
-			continue
-		}
-		if a.FromAccountID != "" && a.FromAccountID != a.AccountID {
-			nSwitches++
-			switchPerMin[i]++
-			if ts := threads[a.ThreadID]; ts != nil {
-				ts.switches++
-			}
-		}
-		if a.Class != "ok" {
-			nErrors++
-			errPerMin[i]++
-			classes[a.Class]++
-		}
-	}
+	nRequests, nFailed, nSwitches, nErrors := sum(t.Requests), sum(t.Failed), sum(t.Switches), sum(t.FailedAttempts)
+	classes := t.Classes
 
 	o := ui.Overview{Window: "Last 60 minutes", UpdatedAt: clock(now, now)}
-	if t.capped {
-		o.Sampled = fmt.Sprintf("Busy window: the newest %d requests and attempts are summarised.", overviewMaxRows)
-	}
 
 	available, limited := 0, 0
 	for _, a := range accounts {
@@ -212,9 +109,9 @@ func buildOverview(now time.Time, accounts []store.Account, rows []ui.AccountRow
 		{Label: "Bindings", Value: strconv.Itoa(bindings), Note: fmt.Sprintf("%d %s", pins, plural(pins, "pin", "pins"))},
 	}
 
-	o.Traffic = barChart("Requests per minute", "", reqPerMin[:], switchPerMin[:])
+	o.Traffic = barChart("Requests per minute", "", t.Requests, t.Switches)
 	o.Traffic.Legend = []ui.Legend{{Label: "requests"}, {Label: "switches", Tone: "warn"}}
-	o.Errors = barChart("Failed attempts per minute", "bad", errPerMin[:], nil)
+	o.Errors = barChart("Failed attempts per minute", "bad", t.FailedAttempts, nil)
 
 	for class, n := range classes {
 		o.Classes = append(o.Classes, ui.ClassCount{Class: class, Count: n, Tone: classTone(class),
@@ -230,21 +127,11 @@ func buildOverview(now time.Time, accounts []store.Account, rows []ui.AccountRow
 		o.Classes[i].Width = o.Classes[i].Count * 100 / o.Classes[0].Count
 	}
 
-	list := make([]*threadStat, 0, len(threads))
-	for _, ts := range threads {
-		list = append(list, ts)
-	}
-	sort.Slice(list, func(i, j int) bool {
-		if list[i].requests != list[j].requests {
-			return list[i].requests > list[j].requests
-		}
-		return list[i].last.After(list[j].last)
-	})
-	for _, ts := range list[:min(len(list), overviewThreads)] {
-		o.Threads = append(o.Threads, ui.ThreadRow{Thread: ts.thread, Session: ts.session,
-			Account: firstNonEmpty(label[ts.account], ts.account), LastSeen: ago(now, ts.last),
-			Requests: ts.requests, Switches: ts.switches, Errors: ts.errs,
-			URL: "/admin/bindings?" + url.Values{"thread": {ts.thread}}.Encode()})
+	for _, ts := range t.Threads {
+		o.Threads = append(o.Threads, ui.ThreadRow{Thread: ts.ThreadID, Session: ts.SessionID,
+			Account: firstNonEmpty(label[ts.AccountID], ts.AccountID), LastSeen: ago(now, ts.LastAt),
+			Requests: ts.Requests, Switches: ts.Switches, Errors: ts.Errors,
+			URL: "/admin/bindings?" + url.Values{"thread": {ts.ThreadID}}.Encode()})
 	}
 	o.Accounts = rows
 	return o

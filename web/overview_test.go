@@ -20,24 +20,25 @@ func TestBuildOverview(t *testing.T) {
 		{ID: "acc_c", Label: "gamma", Status: store.StatusPaused},
 	}
 	rows := []ui.AccountRow{{ID: "acc_a", InFlight: 2}, {ID: "acc_b", InFlight: 1}}
-	req := func(thread, account string, ago time.Duration, status int) store.RequestRecord {
-		return store.RequestRecord{ThreadID: thread, AccountID: account, StartedAt: now.Add(-ago), Status: status}
+	// What the store counted for the hour (see store.TestTraffic): the
+	// newest minute two requests and a switch, the one before a failed
+	// request, one five minutes ago, one 59 minutes ago.
+	perMinute := func(at map[int]int) []int {
+		v := make([]int, 60)
+		for i, n := range at {
+			v[i] = n
+		}
+		return v
 	}
-	tr := traffic{
-		requests: []store.RequestRecord{
-			req("t1", "acc_a", 10*time.Second, 200),
-			req("t1", "acc_b", 30*time.Second, 200),
-			req("t1", "acc_a", 90*time.Second, 429),
-			req("t2", "acc_a", 59*time.Minute, 200),
-			req("t3", "acc_a", 61*time.Minute, 200), // outside the window
-			req("", "acc_a", 5*time.Minute, 200),
-		},
-		attempts: []store.Attempt{
-			{ThreadID: "t1", AccountID: "acc_a", FromAccountID: "acc_b", Class: "ok", StartedAt: now.Add(-10 * time.Second)},
-			{ThreadID: "t1", AccountID: "acc_b", Class: "usage_limit", StartedAt: now.Add(-11 * time.Second)},
-			{ThreadID: "t1", AccountID: "acc_a", Class: "usage_limit", StartedAt: now.Add(-90 * time.Second)},
-			{ThreadID: "t2", AccountID: "acc_a", Class: "transport", StartedAt: now.Add(-59 * time.Minute)},
-			{ThreadID: "t3", AccountID: "acc_a", Class: "server", StartedAt: now.Add(-2 * time.Hour)}, // outside
+	tr := store.Traffic{
+		Requests:       perMinute(map[int]int{59: 2, 58: 1, 54: 1, 0: 1}),
+		Failed:         perMinute(map[int]int{58: 1}),
+		Switches:       perMinute(map[int]int{59: 1}),
+		FailedAttempts: perMinute(map[int]int{59: 1, 58: 1, 0: 1}),
+		Classes:        map[string]int{"usage_limit": 2, "transport": 1},
+		Threads: []store.ThreadTraffic{
+			{ThreadID: "t1", SessionID: "s1", AccountID: "acc_a", Requests: 3, Errors: 1, Switches: 1, LastAt: now.Add(-10 * time.Second)},
+			{ThreadID: "t2", AccountID: "acc_gone", Requests: 1, LastAt: now.Add(-59 * time.Minute)},
 		},
 	}
 	lanes := []relay.LaneInfo{{AccountID: "acc_a"}}
@@ -50,7 +51,7 @@ func TestBuildOverview(t *testing.T) {
 	assert.Equal(t, "1 / 3", cards["Accounts available"].Value)
 	assert.Equal(t, "warn", cards["Accounts available"].Tone)
 	assert.Equal(t, "1 limited, 1 other", cards["Accounts available"].Note)
-	assert.Equal(t, "5", cards["Requests"].Value, "the request an hour and a minute ago is outside the window")
+	assert.Equal(t, "5", cards["Requests"].Value)
 	assert.Contains(t, cards["Requests"].Note, "1 failed")
 	assert.Equal(t, "1", cards["Switches"].Value)
 	assert.Equal(t, "3", cards["Failed attempts"].Value)
@@ -74,17 +75,19 @@ func TestBuildOverview(t *testing.T) {
 	assert.Equal(t, ui.ClassCount{Class: "usage_limit", Count: 2, Width: 100, Tone: "warn", URL: "/admin/diagnostics?class=usage_limit"}, o.Classes[0])
 	assert.Equal(t, 50, o.Classes[1].Width)
 
-	require.Len(t, o.Threads, 2, "threads of the window; requests without a thread are left out")
+	require.Len(t, o.Threads, 2)
 	assert.Equal(t, "t1", o.Threads[0].Thread)
 	assert.Equal(t, 3, o.Threads[0].Requests)
 	assert.Equal(t, 1, o.Threads[0].Switches)
 	assert.Equal(t, 1, o.Threads[0].Errors)
 	assert.Equal(t, "alpha", o.Threads[0].Account, "the account of its latest request")
 	assert.Equal(t, "10 s ago", o.Threads[0].LastSeen)
-	assert.Empty(t, o.Sampled)
+	assert.Equal(t, "acc_gone", o.Threads[1].Account, "an account since removed shows by id")
+	assert.Equal(t, "/admin/bindings?thread=t1", o.Threads[0].URL)
 
-	o = buildOverview(now, nil, nil, nil, traffic{capped: true}, 0, 0)
+	o = buildOverview(now, nil, nil, nil, store.Traffic{Requests: make([]int, 60), Failed: make([]int, 60), Switches: make([]int, 60),
+		FailedAttempts: make([]int, 60)}, 0, 0)
 	assert.Equal(t, "bad", o.Cards[0].Tone, "no account: the pool is down")
-	assert.NotEmpty(t, o.Sampled)
 	assert.Empty(t, o.Threads)
+	assert.Empty(t, o.Classes)
 }

@@ -81,15 +81,13 @@ func (s *Store) LogRequest(ctx context.Context, r RequestRecord) error {
 // RequestFilter selects request log rows; empty fields do not filter.
 type RequestFilter struct {
 	ThreadID, SessionID, AccountID, ClientKeyID, Transport string
-	// Since, when set, keeps rows started at or after it.
-	Since         time.Time
-	Limit, Offset int
+	Limit, Offset                                          int
 }
 
 // Requests lists request log rows, newest first, and how many match.
 func (s *Store) Requests(ctx context.Context, f RequestFilter) ([]RequestRecord, int, error) {
 	where, args := filterWhere([]colValue{{"thread_id", f.ThreadID}, {"session_id", f.SessionID},
-		{"account_id", f.AccountID}, {"client_key_id", f.ClientKeyID}, {"transport", f.Transport}}, f.Since)
+		{"account_id", f.AccountID}, {"client_key_id", f.ClientKeyID}, {"transport", f.Transport}})
 	var rows []requestRow
 	total, err := s.page(ctx, &rows, "requests", requestColumns, where, args, "started_at DESC, id DESC", f.Limit, f.Offset)
 	if err != nil {
@@ -179,15 +177,13 @@ type attemptRow struct {
 // AttemptFilter selects diagnostics; empty fields do not filter.
 type AttemptFilter struct {
 	Class, Recovery, AccountID, RequestID, ThreadID string
-	// Since, when set, keeps attempts started at or after it.
-	Since         time.Time
-	Limit, Offset int
+	Limit, Offset                                   int
 }
 
 // Attempts lists attempt records, newest first, and how many match.
 func (s *Store) Attempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, error) {
 	where, args := filterWhere([]colValue{{"class", f.Class}, {"recovery", f.Recovery}, {"account_id", f.AccountID},
-		{"request_id", f.RequestID}, {"thread_id", f.ThreadID}}, f.Since)
+		{"request_id", f.RequestID}, {"thread_id", f.ThreadID}})
 	var rows []attemptRow
 	total, err := s.page(ctx, &rows, "attempts", attemptColumns, where, args, "started_at DESC, seq DESC", f.Limit, f.Offset)
 	if err != nil {
@@ -241,8 +237,8 @@ func (s *Store) UpdateUsage(ctx context.Context, id string, primary, secondary W
 type colValue struct{ col, v string }
 
 // filterWhere builds the WHERE clause of a listing: one equality per set
-// value, and started_at at or after since when it is set.
-func filterWhere(eq []colValue, since time.Time) (string, []any) {
+// value.
+func filterWhere(eq []colValue) (string, []any) {
 	conds := []string{"1 = 1"}
 	var args []any
 	for _, c := range eq {
@@ -250,10 +246,6 @@ func filterWhere(eq []colValue, since time.Time) (string, []any) {
 			conds = append(conds, c.col+" = ?")
 			args = append(args, c.v)
 		}
-	}
-	if !since.IsZero() {
-		conds = append(conds, "started_at >= ?")
-		args = append(args, since.UnixMilli())
 	}
 	return strings.Join(conds, " AND "), args
 }

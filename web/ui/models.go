@@ -49,7 +49,6 @@ type ErrorView struct {
 // Overview is the pool at a glance over a recent window.
 type Overview struct {
 	Window    string // e.g. "last 60 min"
-	Sampled   string // a note when the window's records were capped
 	UpdatedAt string
 	Cards     []Card
 	Traffic   Chart // requests per minute, switches overlaid
