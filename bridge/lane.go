@@ -25,10 +25,13 @@ type Lane struct {
 	Account string      // static: the account's id
 	Opened  time.Time   // static
 	Header  http.Header // static: the upgrade answer's headers
-	conn    *websocket.Conn
-	events  chan []byte // closed by the reader when the connection ends
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when the reader has exited
+	// SessionID and ThreadID are the client's raw ids of the thread the
+	// lane was opened for, for operators; set before the lane is shared.
+	SessionID, ThreadID string
+	conn                *websocket.Conn
+	events              chan []byte // closed by the reader when the connection ends
+	cancel              context.CancelFunc
+	done                chan struct{} // closed when the reader has exited
 
 	mu  sync.Mutex
 	err error // guarded by mu; why the reader stopped

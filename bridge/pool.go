@@ -449,12 +449,14 @@ func (p *Pool) Close() {
 
 // Info describes a live canonical or fork lane.
 type Info struct {
-	Key      Key
-	Account  string
-	Opened   time.Time
-	Busy     bool
-	Fork     bool
-	Requests int64
+	Key     Key
+	Account string
+	// SessionID and ThreadID are the client's raw ids (see Lane).
+	SessionID, ThreadID string
+	Opened              time.Time
+	Busy                bool
+	Fork                bool
+	Requests            int64
 }
 
 // Infos lists the pool's live lanes, oldest first.
@@ -463,11 +465,13 @@ func (p *Pool) Infos() []Info {
 	var out []Info
 	for k, e := range p.canon {
 		if e.lane != nil {
-			out = append(out, Info{Key: k, Account: e.account, Opened: e.lane.Opened, Busy: e.busy, Requests: e.lane.Requests.Load()})
+			out = append(out, Info{Key: k, Account: e.account, SessionID: e.lane.SessionID, ThreadID: e.lane.ThreadID,
+				Opened: e.lane.Opened, Busy: e.busy, Requests: e.lane.Requests.Load()})
 		}
 	}
 	for l := range p.forks {
-		out = append(out, Info{Key: l.key, Account: l.Lane.Account, Opened: l.Lane.Opened, Busy: true, Fork: true})
+		out = append(out, Info{Key: l.key, Account: l.Lane.Account, SessionID: l.Lane.SessionID, ThreadID: l.Lane.ThreadID,
+			Opened: l.Lane.Opened, Busy: true, Fork: true, Requests: l.Lane.Requests.Load()})
 	}
 	p.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Opened.Before(out[j].Opened) })

@@ -88,7 +88,13 @@ func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *
 	now := s.cfg.Now()
 	setHeaders := func(h http.Header) { c.markRecovery(h) }
 
-	dial := func(ctx context.Context) (*bridge.Lane, error) { return s.openLane(ctx, ch.target, c.header) }
+	dial := func(ctx context.Context) (*bridge.Lane, error) {
+		l, err := s.openLane(ctx, ch.target, c.header)
+		if l != nil {
+			l.SessionID, l.ThreadID = c.ident.Session, c.ident.Thread
+		}
+		return l, err
+	}
 	lease, err := s.pool.Acquire(ctx, s.laneKey(c), acct, dial, func() { out.keepAlive(setHeaders) })
 	if err != nil {
 		info.detail = "lane: " + err.Error()

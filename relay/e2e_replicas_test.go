@@ -114,6 +114,10 @@ func TestReplicasShareLanesAndResets(t *testing.T) {
 	require.Eventually(t, func() bool { return laneOn(a, "replica-b") }, 10*time.Second, 20*time.Millisecond,
 		"replica a lists replica b's lane")
 	assert.True(t, laneOn(b, "replica-b"), "and b its own, named")
+	for _, l := range a.relay.Lanes() {
+		assert.Equal(t, sessionS, l.SessionID, "a bridge lane names its client's session")
+		assert.Equal(t, rootT, l.ThreadID, "and thread")
+	}
 
 	reset, err := setup.ResetBindings(context.Background(), store.BindingReset{ThreadID: rootT})
 	require.NoError(t, err)

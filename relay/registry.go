@@ -77,7 +77,8 @@ func (s *Server) localLanes() []LaneInfo {
 			if in.Fork {
 				kind = "bridge_fork"
 			}
-			out = append(out, LaneInfo{Kind: kind, AccountID: in.Account, ThreadKey: in.Key.Thread, OpenedAt: in.Opened, Requests: in.Requests})
+			out = append(out, LaneInfo{Kind: kind, AccountID: in.Account, SessionID: in.SessionID, ThreadID: in.ThreadID,
+				ThreadKey: in.Key.Thread, OpenedAt: in.Opened, Requests: in.Requests})
 		}
 	}
 	for i := range out {
