@@ -35,7 +35,14 @@ var errUnauthenticated = errors.New("unauthenticated")
 
 // admit authenticates r and answers the client itself when that fails.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request) (client, bool) {
-	cl, ans, err := s.authenticate(r.Context(), r)
+	return s.admitVia(w, r, false)
+}
+
+// admitVia is admit for a request another replica may have forwarded
+// (forwarded: its hop verified). Such a request was admitted there: a
+// keyless one came from that replica's loopback, so it counts as local here.
+func (s *Server) admitVia(w http.ResponseWriter, r *http.Request, forwarded bool) (client, bool) {
+	cl, ans, err := s.authenticate(r.Context(), r, forwarded)
 	if err != nil {
 		writeError(w, ans.Status, ans.Err)
 		return client{}, false
@@ -46,7 +53,13 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (client, bool) {
 // admitIdentified is admit followed by parsing the request's identity
 // headers; it answers the client itself when either fails.
 func (s *Server) admitIdentified(w http.ResponseWriter, r *http.Request) (client, Identity, bool) {
-	cl, ok := s.admit(w, r)
+	return s.admitIdentifiedVia(w, r, false)
+}
+
+// admitIdentifiedVia is admitIdentified for a request that may have been
+// forwarded by another replica (see admitVia).
+func (s *Server) admitIdentifiedVia(w http.ResponseWriter, r *http.Request, forwarded bool) (client, Identity, bool) {
+	cl, ok := s.admitVia(w, r, forwarded)
 	if !ok {
 		return client{}, Identity{}, false
 	}
@@ -59,9 +72,10 @@ func (s *Server) admitIdentified(w http.ResponseWriter, r *http.Request) (client
 }
 
 // authenticate admits a request bearing a usable relay client key; with no
-// key defined at all, it admits loopback clients without one. The key itself
-// is never forwarded upstream.
-func (s *Server) authenticate(ctx context.Context, r *http.Request) (client, answer, error) {
+// key defined at all, it admits loopback clients without one (and requests
+// another replica admitted so and forwarded). The key itself is never
+// forwarded upstream.
+func (s *Server) authenticate(ctx context.Context, r *http.Request, forwarded bool) (client, answer, error) {
 	token := ""
 	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
 		token = strings.TrimSpace(h[7:])
@@ -83,7 +97,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (client, ans
 	if err != nil {
 		return client{}, answer{Status: http.StatusServiceUnavailable, Err: apiError{Type: "server_error", Message: "cannot check client keys now"}}, err
 	}
-	if n == 0 && isLoopback(r.RemoteAddr) {
+	if n == 0 && (isLoopback(r.RemoteAddr) || forwarded) {
 		return client{}, answer{}, nil
 	}
 	if n == 0 {

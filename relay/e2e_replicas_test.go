@@ -31,12 +31,21 @@ type replica struct {
 }
 
 func startReplica(t *testing.T, dbURL, name string) *replica {
+	return startReplicaOn(t, dbURL, name, false)
+}
+
+// startReplicaOn is startReplica; with elsewhere, every request seems to
+// come from another host (not loopback), as on a replica of its own.
+func startReplicaOn(t *testing.T, dbURL, name string, elsewhere bool) *replica {
 	t.Helper()
 	st := storetest.Open(t, dbURL, store.Options{})
 	var rl *relay.Server
 	var served atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
+		if elsewhere {
+			r.RemoteAddr = "192.0.2.7:40000"
+		}
 		rl.ServeHTTP(w, r)
 	}))
 	rl = relay.New(relay.Config{Store: st, Logger: testLogger(t).With("replica", name),
@@ -222,4 +231,32 @@ func TestReplicaDropsLanesAfterALostAnnouncementConnection(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	require.Eventually(t, func() bool { return b.relay.Bridge().Len() == 0 }, 15*time.Second, 20*time.Millisecond,
 		"the idle lane was closed once the listener reconnected")
+}
+
+// With no client keys, a relay serves loopback clients only; a request a
+// replica admitted so and forwarded reaches the lane's holder from another
+// host, and is admitted there on the strength of its verified hop. A
+// request without one, or with a forged one, is still refused.
+func TestForwardedKeylessRequestIsAdmitted(t *testing.T) {
+	dbURL, sim, setup := replicaDatabase(t)
+	a := startReplica(t, dbURL, "replica-a")
+	b := startReplicaOn(t, dbURL, "replica-b", true)
+	hdr := http.Header{"Session-Id": {sessionS}, "Thread-Id": {rootT}}
+	ident, err := relay.ParseIdentity(hdr)
+	require.NoError(t, err)
+	lease, err := setup.LeaseLane(context.Background(), string(ident.Key), "", b.relay.ReplicaID(), time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, b.relay.ReplicaID(), lease.ReplicaID, "replica b holds the thread")
+
+	viaA := &harness{t: t, sim: sim, store: setup, relay: a.relay, srv: a.srv}
+	resp, body := viaA.post(sessionS, rootT, responseRequest("forwarded to b"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Equal(t, 1, b.relay.Bridge().Len(), "served on replica b")
+	assert.Equal(t, 0, a.relay.Bridge().Len())
+
+	viaB := &harness{t: t, sim: sim, store: setup, relay: b.relay, srv: b.srv}
+	resp, _ = viaB.post(sessionS, rootT, responseRequest("straight to b"), nil)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a keyless client from another host is refused")
+	resp, _ = viaB.post(sessionS, rootT, responseRequest("forged"), http.Header{relay.HeaderHop: {"rep_x.1.00"}})
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "so is one with a forged hop")
 }

@@ -85,9 +85,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) bool {
 		return false
 	}
 	now := s.cfg.Now()
-	if from, ok := verifyHop(rc.HopKey, r.Header.Get(HeaderHop), r.Method, r.URL.Path, c.body, now); ok {
-		c.hopFrom = from // served here whatever the lease says: a hop is never forwarded again
-	}
+	// c.hopFrom is set when another replica forwarded c (verified on
+	// arrival): it is served here whatever the lease says, never forwarded
+	// again.
 	if t, ok := s.leased.Load(leaseKey(c)); ok && now.Sub(t.(time.Time)) < leaseRenewal {
 		return false // held here and renewed lately; a live replica keeps its leases
 	}

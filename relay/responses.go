@@ -22,16 +22,30 @@ const maxErrorBody = 1 << 20
 func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub string) {
 	ctx := r.Context()
 	c := &call{id: store.NewID("req", s.cfg.Now()), start: s.cfg.Now(), transport: "http", path: r.URL.Path, sub: sub}
-	cl, ident, ok := s.admitIdentified(w, r)
+	var body []byte
+	if hop := r.Header.Get(HeaderHop); hop != "" && len(s.cfg.Replica.HopKey) > 0 {
+		// Forwarded by another replica, it says: the signature covers the
+		// body, so read it first (bounded, as always) and check.
+		var err error
+		if body, err = readBody(r, s.cfg.MaxBodyBytes); err != nil {
+			a := bodyAnswer(err)
+			writeError(w, a.Status, a.Err)
+			return
+		}
+		c.hopFrom, _ = verifyHop(s.cfg.Replica.HopKey, hop, r.Method, r.URL.Path, body, s.cfg.Now())
+	}
+	cl, ident, ok := s.admitIdentifiedVia(w, r, c.hopFrom != "")
 	if !ok {
 		return
 	}
 	c.client = cl
-	body, err := readBody(r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		a := bodyAnswer(err)
-		writeError(w, a.Status, a.Err)
-		return
+	if body == nil {
+		var err error
+		if body, err = readBody(r, s.cfg.MaxBodyBytes); err != nil {
+			a := bodyAnswer(err)
+			writeError(w, a.Status, a.Err)
+			return
+		}
 	}
 	fields, err := continuity.RequestFields(body)
 	if err != nil {
