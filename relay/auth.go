@@ -35,14 +35,7 @@ var errUnauthenticated = errors.New("unauthenticated")
 
 // admit authenticates r and answers the client itself when that fails.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request) (client, bool) {
-	return s.admitVia(w, r, false)
-}
-
-// admitVia is admit for a request another replica may have forwarded
-// (forwarded: its hop verified). Such a request was admitted there: a
-// keyless one came from that replica's loopback, so it counts as local here.
-func (s *Server) admitVia(w http.ResponseWriter, r *http.Request, forwarded bool) (client, bool) {
-	cl, ans, err := s.authenticate(r.Context(), r, forwarded)
+	cl, ans, err := s.authenticate(r.Context(), r, false)
 	if err != nil {
 		writeError(w, ans.Status, ans.Err)
 		return client{}, false
@@ -53,14 +46,20 @@ func (s *Server) admitVia(w http.ResponseWriter, r *http.Request, forwarded bool
 // admitIdentified is admit followed by parsing the request's identity
 // headers; it answers the client itself when either fails.
 func (s *Server) admitIdentified(w http.ResponseWriter, r *http.Request) (client, Identity, bool) {
-	return s.admitIdentifiedVia(w, r, false)
+	return s.admitIdentifiedOr(w, r, nil)
 }
 
-// admitIdentifiedVia is admitIdentified for a request that may have been
-// forwarded by another replica (see admitVia).
-func (s *Server) admitIdentifiedVia(w http.ResponseWriter, r *http.Request, forwarded bool) (client, Identity, bool) {
-	cl, ok := s.admitVia(w, r, forwarded)
-	if !ok {
+// admitIdentifiedOr is admitIdentified where, when r is refused, forwarded
+// may vouch for it: another replica admitted it and forwarded it here (its
+// hop verified). A keyless request admitted there came from its loopback,
+// so it counts as local here.
+func (s *Server) admitIdentifiedOr(w http.ResponseWriter, r *http.Request, forwarded func() bool) (client, Identity, bool) {
+	cl, ans, err := s.authenticate(r.Context(), r, false)
+	if errors.Is(err, errUnauthenticated) && forwarded != nil && forwarded() {
+		cl, ans, err = s.authenticate(r.Context(), r, true)
+	}
+	if err != nil {
+		writeError(w, ans.Status, ans.Err)
 		return client{}, Identity{}, false
 	}
 	ident, err := ParseIdentity(r.Header)

@@ -23,18 +23,27 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 	ctx := r.Context()
 	c := &call{id: store.NewID("req", s.cfg.Now()), start: s.cfg.Now(), transport: "http", path: r.URL.Path, sub: sub}
 	var body []byte
-	if hop := r.Header.Get(HeaderHop); hop != "" && len(s.cfg.Replica.HopKey) > 0 {
-		// Forwarded by another replica, it says: the signature covers the
-		// body, so read it first (bounded, as always) and check.
-		var err error
-		if body, err = readBody(r, s.cfg.MaxBodyBytes); err != nil {
-			a := bodyAnswer(err)
-			writeError(w, a.Status, a.Err)
-			return
+	hop := r.Header.Get(HeaderHop)
+	checkHop := func() {
+		if hop != "" && len(s.cfg.Replica.HopKey) > 0 {
+			c.hopFrom, _ = verifyHop(s.cfg.Replica.HopKey, hop, r.Method, r.URL.Path, body, s.cfg.Now())
 		}
-		c.hopFrom, _ = verifyHop(s.cfg.Replica.HopKey, hop, r.Method, r.URL.Path, body, s.cfg.Now())
 	}
-	cl, ident, ok := s.admitIdentifiedVia(w, r, c.hopFrom != "")
+	// A refused request that says another replica forwarded it is read (the
+	// hop's signature covers the body) and admitted if the hop verifies.
+	vouch := func() bool {
+		if hop == "" || len(s.cfg.Replica.HopKey) == 0 {
+			return false
+		}
+		b, err := readBody(r, s.cfg.MaxBodyBytes)
+		if err != nil {
+			return false
+		}
+		body = b
+		checkHop()
+		return c.hopFrom != ""
+	}
+	cl, ident, ok := s.admitIdentifiedOr(w, r, vouch)
 	if !ok {
 		return
 	}
@@ -46,6 +55,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 			writeError(w, a.Status, a.Err)
 			return
 		}
+		checkHop()
 	}
 	fields, err := continuity.RequestFields(body)
 	if err != nil {
