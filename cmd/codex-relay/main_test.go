@@ -12,10 +12,12 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -287,23 +289,21 @@ func TestConsoleSessionSurvivesRestart(t *testing.T) {
 	assert.Equal(t, http.StatusOK, signedIn(again.url), "the same session cookie works after a restart")
 }
 
-// Two `serve` replicas on one PostgreSQL, as an operator runs them: a
-// thread's requests alternate between them (a round-robin balancer), and
-// the one not holding the thread's lane forwards to the one that does, so
-// a single upstream lane carries the thread with deltas.
-func TestTwoServeReplicasShareAThread(t *testing.T) {
+// Two replica processes of the real binary on one PostgreSQL, started as an
+// operator starts them (environment only): a thread's requests alternate
+// between them (a round-robin balancer), and the one not holding the
+// thread's lane forwards to the one that does, so a single upstream lane
+// carries the thread with deltas. Both stop cleanly on SIGTERM.
+func TestTwoReplicaProcessesShareAThread(t *testing.T) {
 	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: []upstreamtest.Account{{ID: "k1", Kind: upstreamtest.KindOpenAI, AccessToken: "sk-sim-k1"}}})
 	t.Cleanup(sim.Close)
-	env := func() map[string]string {
-		return map[string]string{"CODEX_RELAY_DATABASE_URL": "", "CODEX_RELAY_SECRET_KEY": "a-secret-the-replicas-share",
-			"CODEX_RELAY_ADMIN_TOKEN": "admin-token-of-both", "CODEX_RELAY_LOG_LEVEL": "warn"}
-	}
 	pg := storetest.PostgresURL(t)
-	envA, envB := env(), env()
-	envA["CODEX_RELAY_DATABASE_URL"], envB["CODEX_RELAY_DATABASE_URL"] = pg, pg
-	a := start(t, envA)
-	b := start(t, envB)
-	token := envA["CODEX_RELAY_ADMIN_TOKEN"]
+	bin := buildBinary(t)
+	const token = "admin-token-of-both"
+	env := []string{"CODEX_RELAY_DATABASE_URL=" + pg, "CODEX_RELAY_SECRET_KEY=a-secret-the-replicas-share",
+		"CODEX_RELAY_ADMIN_TOKEN=" + token, "CODEX_RELAY_LOG_LEVEL=info", "CODEX_RELAY_ADDR=127.0.0.1:0"}
+	a := startProcess(t, bin, env)
+	b := startProcess(t, bin, env)
 	code, _, raw := request(t, "POST", a.url+"/api/v1/accounts", token, map[string]any{"label": "k1", "kind": "openai", "base_url": sim.OpenAIBaseURL(), "api_key": "sk-sim-k1"})
 	require.Equal(t, 201, code, raw)
 	code, key, raw := request(t, "POST", b.url+"/api/v1/keys", token, map[string]any{"name": "codex"})
@@ -344,9 +344,73 @@ func TestTwoServeReplicasShareAThread(t *testing.T) {
 			assert.Equal(t, recs[i-1].ResponseID, r.PreviousResponseID, "turn %d went as a delta", i)
 		}
 	}
-	code, lanes, raw := request(t, "GET", a.url+"/api/v1/lanes", token, nil)
+	code, reps, raw := request(t, "GET", a.url+"/api/v1/replicas", token, nil)
 	require.Equal(t, 200, code, raw)
-	if list, _ := lanes["lanes"].([]any); len(list) > 0 {
-		assert.NotEmpty(t, list[0].(map[string]any)["replica"], "a lane names its replica")
+	assert.Len(t, reps["replicas"], 2, "each process registered")
+	for _, p := range []*process{a, b} {
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case err := <-p.done:
+			assert.NoError(t, err, "a clean exit on SIGTERM")
+		case <-time.After(30 * time.Second):
+			t.Fatal("the process did not stop on SIGTERM")
+		}
+	}
+}
+
+// buildBinary builds codex-relay once per test run, with the race detector
+// when the tests have it (so it reuses their compiled packages).
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "codex-relay")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	goTool, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command builds the binary for process tests")
+	out, err := exec.Command(goTool, append(args, ".")...).CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+// process is a running codex-relay process.
+type process struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *syncBuffer
+	done   chan error
+}
+
+var listeningLine = regexp.MustCompile(`"msg":"codex-relay listening","addr":"([^"]+)"`)
+
+// startProcess runs bin serve with env and waits until it listens; it is
+// killed at the end of the test if still running.
+func startProcess(t *testing.T, bin string, env []string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(bin), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	p.cmd.Stdout, p.cmd.Stderr = io.Discard, p.stderr
+	require.NoError(t, p.cmd.Start())
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("process log:\n%s", p.stderr.String())
+		}
+	})
+	deadline := time.After(60 * time.Second)
+	for {
+		if m := listeningLine.FindStringSubmatch(p.stderr.String()); m != nil {
+			p.url = "http://" + m[1]
+			return p
+		}
+		select {
+		case err := <-p.done:
+			t.Fatalf("codex-relay exited before listening: %v\n%s", err, p.stderr.String())
+		case <-deadline:
+			t.Fatalf("codex-relay did not listen within 60s:\n%s", p.stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
