@@ -490,7 +490,7 @@ func (s *Server) settingsPage(c echo.Context) error {
 			{Name: "Live updates", Value: "every " + span(s.cfg.LiveInterval), Note: "overview, lanes and diagnostics, over SSE"},
 		}},
 		{Title: "This replica", Items: []ui.Setting{
-			{Name: "Live lanes", Value: strconv.Itoa(len(s.cfg.Relay.Lanes())), Note: "on every replica"},
+			{Name: "Replica id", Value: s.cfg.Relay.ReplicaID(), Note: "marked \"this one\" under Replicas"},
 			{Name: "Go", Value: runtime.Version()},
 		}},
 	}}

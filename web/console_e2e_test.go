@@ -82,7 +82,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	rl := relay.New(relay.Config{Store: st, StreamIdleTimeout: 20 * time.Second})
 	srv := httptest.NewServer(web.New(web.Config{Store: st, AdminTokenHash: web.HashAdminToken(e2eAdminToken), Client: rl, Relay: rl,
 		LiveInterval: 300 * time.Millisecond}))
+	runCtx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); rl.Run(runCtx) }() // heartbeat and housekeeping, as serve runs them
 	t.Cleanup(func() {
+		stopRun()
+		<-ran
 		rl.Close()
 		srv.CloseClientConnections()
 		srv.Close()
