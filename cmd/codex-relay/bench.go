@@ -211,7 +211,7 @@ func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchR
 	}
 	stops = append(stops, stopSim)
 
-	st, _, err := openStoreWithKey(ctx, c, dbFlags{databaseURL: "sqlite:" + filepath.Join(dir, "bench.db")}, log, false)
+	st, secret, err := openStoreWithKey(ctx, c, dbFlags{databaseURL: "sqlite:" + filepath.Join(dir, "bench.db")}, log, false)
 	if err != nil {
 		return rep, err
 	}
@@ -226,16 +226,23 @@ func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchR
 	if err != nil {
 		return rep, err
 	}
-	rl := relay.New(relay.Config{Store: st, Logger: log.With("component", "relay")})
+	// The relay as serve runs it: its own address and hop key (so it keeps
+	// thread leases), and its housekeeping and heartbeat running.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		rl.Close()
 		return rep, fmt.Errorf("bench: listen: %w", err)
 	}
+	rl := relay.New(relay.Config{Store: st, Logger: log.With("component", "relay"),
+		Replica: relay.ReplicaConfig{Address: "http://" + ln.Addr().String(), HopKey: derivedKey(secret, hopKeyPurpose)}})
+	runCtx, stopRun := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); rl.Run(runCtx) }()
 	hs := &http.Server{Handler: rl, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	stops = append(stops, func() {
+		stopRun()
+		<-ran
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)

@@ -179,6 +179,12 @@ func openStore(ctx context.Context, c cli, f dbFlags, log *slog.Logger, withoutS
 	return st, err
 }
 
+// The purposes keys are derived from the secret key for (see derivedKey).
+const (
+	sessionKeyPurpose = "codex-relay console sessions v1"
+	hopKeyPurpose     = "codex-relay replica hop v1"
+)
+
 // derivedKey derives a key for one purpose from the secret key, so every
 // replica (sharing the secret) derives the same: console sessions survive a
 // restart and hold on every replica, and replicas accept each other's

@@ -83,7 +83,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 		advertise = advertiseURL(ln.Addr())
 	}
 	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel,
-		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, "codex-relay replica hop v1")}})
+		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}})
 	rctx, stopRelay := context.WithCancel(ctx)
 	var background sync.WaitGroup
 	background.Add(2)
@@ -104,7 +104,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 		return a, nil
 	}
 	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl,
-		SessionKey: derivedKey(opts.secret, "codex-relay console sessions v1"), Probe: probe})
+		SessionKey: derivedKey(opts.secret, sessionKeyPurpose), Probe: probe})
 
 	hs := &http.Server{
 		Handler:           srv,
