@@ -31,7 +31,7 @@ func objectMembers(b []byte) ([]member, bool) {
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
 	}
-	var out []member
+	out := make([]member, 0, 4) // most objects have a few members
 	i = wire.SkipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return out, wire.SkipSpace(b, i+1) == len(b)
