@@ -260,3 +260,27 @@ func TestForwardedKeylessRequestIsAdmitted(t *testing.T) {
 	resp, _ = viaB.post(sessionS, rootT, responseRequest("forged"), http.Header{relay.HeaderHop: {"rep_x.1.00"}})
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "so is one with a forged hop")
 }
+
+// Codex over WebSocket behind the same balancer: each connection stays on
+// the replica it reached (its lanes live there), and a resumed thread that
+// reaches the other replica goes on there, in full.
+func TestCodexWebSocketAcrossReplicas(t *testing.T) {
+	dbURL, _, _ := replicaDatabase(t)
+	a, b := startReplica(t, dbURL, "replica-a"), startReplica(t, dbURL, "replica-b")
+	lb := roundRobin(t, a, b)
+	ctx := context.Background()
+	codex := codexcli.New(t, codexcli.Provider{BaseURL: lb.URL + "/backend-api/codex", WebSockets: true, Key: "unused"})
+	res, err := codex.Exec(ctx, `run it [[sim:tool exec_command {"cmd":"echo ws-across"}]]`, codexcli.RunOptions{BypassSandbox: true})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, res.Stderr)
+	assert.Contains(t, res.FinalMessage, "ws-across")
+	assert.Empty(t, res.WebSocketFallback(), "Codex kept its WebSocket")
+	for range 2 {
+		resumed, err := codex.Resume(ctx, res.ThreadID, "and again", codexcli.RunOptions{})
+		require.NoError(t, err)
+		require.Equal(t, 0, resumed.ExitCode, resumed.Stderr)
+		assert.Empty(t, resumed.WebSocketFallback())
+	}
+	assert.Positive(t, a.served.Load(), "replica a took connections")
+	assert.Positive(t, b.served.Load(), "and so did replica b")
+}
