@@ -132,12 +132,15 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) bool {
 		FlushInterval: -1, // events reach the client as they come
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
 			failed = true
-			s.log.Warn("forward to the lane's replica failed; serving here", "replica", lease.ReplicaID, "err", err)
+			if r.Context().Err() == nil {
+				s.log.Warn("forward to the lane's replica failed; serving here", "replica", lease.ReplicaID, "err", err)
+			}
 		},
 	}
 	proxy.ServeHTTP(w, r)
 	if failed {
-		return false
+		// Served here instead, unless the client itself has gone.
+		return r.Context().Err() != nil
 	}
 	s.metrics.lanes.WithLabelValues("forwarded").Inc()
 	return true
