@@ -284,3 +284,41 @@ func TestCodexWebSocketAcrossReplicas(t *testing.T) {
 	assert.Positive(t, a.served.Load(), "replica a took connections")
 	assert.Positive(t, b.served.Load(), "and so did replica b")
 }
+
+// A holder that is alive by its heartbeat but cannot be reached: the
+// request is served where it landed, and the client never notices.
+func TestUnreachableHolderIsServedAround(t *testing.T) {
+	dbURL, sim, setup := replicaDatabase(t)
+	a := startReplica(t, dbURL, "replica-a")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	beat := func() error {
+		return setup.Heartbeat(context.Background(), store.Replica{ID: "rep_ghost", Name: "ghost", Address: "http://127.0.0.1:1", StartedAt: time.Now()})
+	}
+	require.NoError(t, beat())
+	wg.Go(func() { // a ghost replica that keeps beating
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+				_ = beat()
+			}
+		}
+	})
+	ident, err := relay.ParseIdentity(http.Header{"Session-Id": {sessionS}, "Thread-Id": {rootT}})
+	require.NoError(t, err)
+	lease, err := setup.LeaseLane(context.Background(), string(ident.Key), "", "rep_ghost", time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, "rep_ghost", lease.ReplicaID)
+
+	h := &harness{t: t, sim: sim, store: setup, relay: a.relay, srv: a.srv}
+	resp, body := h.post(sessionS, rootT, responseRequest("the holder is unreachable"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Contains(t, body, "response.completed")
+	assert.Equal(t, 1, a.relay.Bridge().Len(), "served on replica a")
+	still, err := setup.LeaseLane(context.Background(), string(ident.Key), "", "rep_probe", time.Now().Add(-time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, "rep_ghost", still.ReplicaID, "the holder was alive all along: replica a tried it, then served around it")
+}
