@@ -76,12 +76,13 @@ func TestSimServesUntilCancelled(t *testing.T) {
 
 	urlRE := regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`)
 	var base string
+	// The banner is written in pieces: wait for its last line (the faults).
 	require.Eventually(t, func() bool {
 		m := urlRE.FindStringSubmatch(out.String())
 		if m != nil {
 			base = m[1]
 		}
-		return m != nil
+		return m != nil && strings.Contains(out.String(), "server_error")
 	}, 5*time.Second, 10*time.Millisecond, "banner: %s", out.String())
 	banner := out.String()
 	for _, want := range []string{"/backend-api/codex", "/v1", "/oauth/token", "/_sim/", "filed", "at-filed", "org-f", "flagged", "sk-flagged", "org-g", "server_error"} {
