@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -46,6 +47,7 @@ type benchOptions struct {
 	accounts      int
 	transports    []string
 	turnTimeout   time.Duration
+	databaseURL   string // "" for a SQLite file in a temp folder
 }
 
 // benchReport is what bench prints (as a table, or as JSON with -json).
@@ -55,6 +57,7 @@ type benchReport struct {
 	Words         int            `json:"words_per_answer"`
 	Accounts      int            `json:"accounts"`
 	CPUs          int            `json:"cpus"`
+	Database      string         `json:"database"` // sqlite or postgres
 	GoVersion     string         `json:"go_version"`
 	Rows          []benchRow     `json:"rows"`
 	Overhead      []benchAdded   `json:"overhead"`
@@ -108,6 +111,7 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	fs.IntVar(&o.accounts, "accounts", 4, "simulated accounts in the relay's pool")
 	transports := fs.String("transport", "http,ws", "transports to measure: http, ws, or both comma-separated")
 	fs.DurationVar(&o.turnTimeout, "turn-timeout", 30*time.Second, "deadline of one turn")
+	fs.StringVar(&o.databaseURL, "database-url", "", "an empty database to run the relay on, e.g. a throwaway postgres://... (default: SQLite in a temp folder); a database holding accounts is refused")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	logLevel := fs.String("log-level", "error", "relay log level: debug, info, warn or error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof reads it)")
@@ -211,11 +215,18 @@ func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchR
 	}
 	stops = append(stops, stopSim)
 
-	st, secret, err := openStoreWithKey(ctx, c, dbFlags{databaseURL: "sqlite:" + filepath.Join(dir, "bench.db")}, log, false)
+	dbURL := cmp.Or(o.databaseURL, "sqlite:"+filepath.Join(dir, "bench.db"))
+	st, secret, err := openStoreWithKey(ctx, c, dbFlags{databaseURL: dbURL}, log, false)
 	if err != nil {
 		return rep, err
 	}
 	stops = append(stops, func() { st.Close() })
+	if existing, err := st.Accounts(ctx); err != nil {
+		return rep, err
+	} else if len(existing) > 0 {
+		return rep, fmt.Errorf("bench: the database at %s holds accounts: give an empty one (the bench adds its own)", st.Location())
+	}
+	rep.Database = string(st.Dialect())
 	for _, a := range simAccounts {
 		if _, err := st.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: a.ID, BaseURL: sim.CodexBaseURL(),
 			ChatGPTAccountID: a.ID, Organization: a.Organization}, store.Credentials{AccessToken: a.AccessToken, RefreshToken: a.RefreshToken}); err != nil {
@@ -548,8 +559,8 @@ func truncate(b []byte, n int) string {
 }
 
 func printBench(w io.Writer, r benchReport) {
-	fmt.Fprintf(w, "%d conversations x %d turns, %d words per answer, %d accounts, %d CPUs, %s\n\n",
-		r.Conversations, r.Turns, r.Words, r.Accounts, r.CPUs, r.GoVersion)
+	fmt.Fprintf(w, "%d conversations x %d turns, %d words per answer, %d accounts, %s, %d CPUs, %s\n\n",
+		r.Conversations, r.Turns, r.Words, r.Accounts, r.Database, r.CPUs, r.GoVersion)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "transport\ttarget\tturns\terrors\tfirst token p50/p95/p99 ms\tturn p50/p95/p99 ms\tturns/s\tKiB/turn\tallocs/turn\t")
 	for _, row := range r.Rows {

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay/store"
 )
 
 // bench runs real conversations direct and through the relay on both
@@ -55,4 +61,22 @@ func TestBenchRefusesBadOptions(t *testing.T) {
 		_, _, err := runCLI(t, cliEnv{}, append([]string{"bench"}, args...)...)
 		assert.Error(t, err, "%v", args)
 	}
+}
+
+// bench adds accounts of its own: a database that holds accounts (an
+// operator's) is refused, untouched.
+func TestBenchRefusesADatabaseWithAccounts(t *testing.T) {
+	t.Parallel()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "in-use.db")
+	env := cliEnv{"CODEX_RELAY_SECRET_KEY": "a-secret-key-for-this-test"}
+	c := cli{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return env[k] }}
+	st, _, err := openStoreWithKey(context.Background(), c, dbFlags{databaseURL: db}, slog.New(slog.DiscardHandler), false)
+	require.NoError(t, err)
+	_, err = st.CreateAccount(context.Background(), store.Account{Kind: store.KindOpenAI, Label: "production"}, store.Credentials{APIKey: "sk-real"})
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+
+	_, _, err = runCLI(t, env, "bench", "-database-url", db, "-conversations", "1", "-turns", "1")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "holds accounts")
 }
