@@ -346,11 +346,8 @@ func (s *Server) logRequest(c *call, rec store.RequestRecord, attempts []store.A
 	rec.SessionID, rec.ThreadID, rec.Transport, rec.Path = c.ident.Session, c.ident.Thread, c.transport, c.path
 	rec.Model, rec.StartedAt = c.fields.Model, c.start
 	rec.Duration = s.cfg.Now().Sub(c.start)
-	if err := s.cfg.Store.LogRequest(ctx, rec); err != nil {
+	if err := s.cfg.Store.RecordRequest(ctx, rec, attempts); err != nil {
 		s.log.Warn("log request", "err", err)
-	}
-	if err := s.cfg.Store.RecordAttempts(ctx, attempts); err != nil {
-		s.log.Warn("record attempts", "err", err)
 	}
 	outcome := "ok"
 	if rec.Status >= 400 || rec.ErrorCode != "" {

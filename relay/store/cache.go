@@ -67,6 +67,35 @@ func (c *stmtCache) close() {
 	c.stmts, c.closed = nil, true
 }
 
+// execFunc runs a statement written with ? placeholders: s.exec, or one
+// of execIn's inside a transaction.
+type execFunc func(ctx context.Context, query string, args ...any) (sql.Result, error)
+
+// execIn is exec inside tx: the cached statement bound to the transaction,
+// or the query run as is. It never prepares: that would take a second
+// connection while tx holds one, and a full pool of transactions each
+// waiting for another connection is a deadlock. Callers warm the cache
+// before they begin (see warm).
+func (s *Store) execIn(tx *sqlx.Tx) execFunc {
+	return func(ctx context.Context, query string, args ...any) (sql.Result, error) {
+		s.stmts.mu.Lock()
+		st := s.stmts.stmts[query]
+		s.stmts.mu.Unlock()
+		if st == nil {
+			return tx.ExecContext(ctx, s.q(query), args...)
+		}
+		return tx.StmtxContext(ctx, st).ExecContext(ctx, args...)
+	}
+}
+
+// warm prepares queries into the cache, outside any transaction; a query
+// that cannot be prepared now simply runs unprepared later.
+func (s *Store) warm(ctx context.Context, queries ...string) {
+	for _, q := range queries {
+		_, _ = s.prepared(ctx, q)
+	}
+}
+
 // exec runs a statement written with ? placeholders, prepared once.
 func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	st, err := s.prepared(ctx, query)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // RequestRecord is one client request in the request log.
@@ -56,8 +58,40 @@ const requestColumns = `id, client_key_id, thread_key, session_id, thread_id, ac
 const attemptColumns = `id, request_id, seq, thread_key, session_id, thread_id, account_id, from_account_id, transport,
 	class, recovery, action, status, error_code, detail, started_at, ended_at, first_event_ms`
 
+// The inserts of the request log and the attempt records.
+const (
+	insertRequest = `INSERT INTO requests (id, client_key_id, thread_key, session_id, thread_id,
+		account_id, transport, path, model, status, error_code, recovery, started_at, first_event_ms, duration_ms,
+		input_tokens, output_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	insertAttempt = `INSERT INTO attempts (id, request_id, seq, thread_key, session_id, thread_id,
+		account_id, from_account_id, transport, class, recovery, action, status, error_code, detail, started_at,
+		ended_at, first_event_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+)
+
 // LogRequest appends a row to the request log.
 func (s *Store) LogRequest(ctx context.Context, r RequestRecord) error {
+	return logRequest(ctx, s.exec, r)
+}
+
+// RecordAttempts appends attempt records.
+func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
+	return recordAttempts(ctx, s.exec, as)
+}
+
+// RecordRequest writes a request's log row and its attempt records in one
+// transaction: one commit per request instead of one per row.
+func (s *Store) RecordRequest(ctx context.Context, r RequestRecord, as []Attempt) error {
+	s.warm(ctx, insertRequest, insertAttempt)
+	return s.inTx(ctx, func(tx *sqlx.Tx) error {
+		ex := s.execIn(tx)
+		if err := logRequest(ctx, ex, r); err != nil {
+			return err
+		}
+		return recordAttempts(ctx, ex, as)
+	})
+}
+
+func logRequest(ctx context.Context, exec execFunc, r RequestRecord) error {
 	if r.ID == "" {
 		r.ID = NewID("req", r.StartedAt)
 	}
@@ -66,9 +100,7 @@ func (s *Store) LogRequest(ctx context.Context, r RequestRecord) error {
 		v := r.FirstEvent.Milliseconds()
 		first = &v
 	}
-	_, err := s.exec(ctx, `INSERT INTO requests (id, client_key_id, thread_key, session_id, thread_id,
-		account_id, transport, path, model, status, error_code, recovery, started_at, first_event_ms, duration_ms,
-		input_tokens, output_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := exec(ctx, insertRequest,
 		r.ID, r.ClientKeyID, r.ThreadKey, r.SessionID, r.ThreadID, r.AccountID, r.Transport, r.Path, r.Model,
 		r.Status, r.ErrorCode, r.Recovery, r.StartedAt.UnixMilli(), first, r.Duration.Milliseconds(),
 		r.InputTokens, r.OutputTokens, r.CachedTokens)
@@ -130,8 +162,7 @@ type Attempt struct {
 	FirstEvent    time.Duration
 }
 
-// RecordAttempts appends attempt records.
-func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
+func recordAttempts(ctx context.Context, exec execFunc, as []Attempt) error {
 	for _, a := range as {
 		if a.ID == "" {
 			a.ID = NewID("att", a.StartedAt)
@@ -141,9 +172,7 @@ func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
 			v := a.FirstEvent.Milliseconds()
 			first = &v
 		}
-		_, err := s.exec(ctx, `INSERT INTO attempts (id, request_id, seq, thread_key, session_id, thread_id,
-			account_id, from_account_id, transport, class, recovery, action, status, error_code, detail, started_at,
-			ended_at, first_event_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		_, err := exec(ctx, insertAttempt,
 			a.ID, a.RequestID, a.Seq, a.ThreadKey, a.SessionID, a.ThreadID, a.AccountID, a.FromAccountID, a.Transport,
 			a.Class, a.Recovery, a.Action, a.Status, a.ErrorCode, a.Detail, a.StartedAt.UnixMilli(), a.EndedAt.UnixMilli(), first)
 		if err != nil {

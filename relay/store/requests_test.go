@@ -68,3 +68,30 @@ func TestUpdateUsage(t *testing.T) {
 		assert.ErrorIs(t, s.UpdateUsage(ctx, "acc_nope", store.Window{Known: true}, store.Window{}), store.ErrNotFound)
 	})
 }
+
+// A request's log row and its attempts are written together, or not at all.
+func TestRecordRequestIsOneTransaction(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+		rec := store.RequestRecord{ID: "req_tx", ThreadID: "t1", Transport: "http", Path: "/v1/responses", Status: 200, StartedAt: start}
+		atts := []store.Attempt{
+			{RequestID: "req_tx", Seq: 1, ThreadID: "t1", AccountID: "acc_a", Class: "usage_limit", Action: "next_account", StartedAt: start, EndedAt: start},
+			{RequestID: "req_tx", Seq: 2, ThreadID: "t1", AccountID: "acc_b", FromAccountID: "acc_a", Class: "ok", Action: "done", StartedAt: start, EndedAt: start},
+		}
+		require.NoError(t, s.RecordRequest(ctx, rec, atts))
+		_, n, err := s.Requests(ctx, store.RequestFilter{ThreadID: "t1"})
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		_, n, err = s.Attempts(ctx, store.AttemptFilter{RequestID: "req_tx"})
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+
+		// The same request id again: refused, and its attempts with it.
+		again := []store.Attempt{{RequestID: "req_tx", Seq: 3, ThreadID: "t1", AccountID: "acc_c", Class: "ok", StartedAt: start, EndedAt: start}}
+		require.Error(t, s.RecordRequest(ctx, rec, again))
+		_, n, err = s.Attempts(ctx, store.AttemptFilter{RequestID: "req_tx"})
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "nothing of the failed write remains")
+	})
+}
