@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,5 +95,33 @@ func TestRecordRequestIsOneTransaction(t *testing.T) {
 		_, n, err = s.Attempts(ctx, store.AttemptFilter{RequestID: "req_tx"})
 		require.NoError(t, err)
 		assert.Equal(t, 2, n, "nothing of the failed write remains")
+	})
+}
+
+// Many requests finishing at once on a fresh store (no statement prepared
+// yet) all get logged: no transaction waits on a connection another holds.
+func TestRecordRequestUnderLoad(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+		const n = 48
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				id := fmt.Sprintf("req_load_%d", i)
+				errs <- s.RecordRequest(ctx, store.RequestRecord{ID: id, ThreadID: "load", Transport: "http", Path: "/v1/responses", Status: 200, StartedAt: start},
+					[]store.Attempt{{RequestID: id, Seq: 1, ThreadID: "load", AccountID: "acc_a", Class: "ok", StartedAt: start, EndedAt: start}})
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		_, total, err := s.Requests(context.Background(), store.RequestFilter{ThreadID: "load"})
+		require.NoError(t, err)
+		assert.Equal(t, n, total)
 	})
 }
