@@ -49,7 +49,7 @@ func startReplicaOn(t *testing.T, dbURL, name string, elsewhere bool) *replica {
 		rl.ServeHTTP(w, r)
 	}))
 	rl = relay.New(relay.Config{Store: st, Logger: testLogger(t).With("replica", name),
-		Replica: relay.ReplicaConfig{Name: name, Heartbeat: 100 * time.Millisecond, Address: srv.URL, HopKey: []byte("test hop key, shared by replicas")}})
+		Replica: relay.ReplicaConfig{Name: name, Heartbeat: 500 * time.Millisecond, Address: srv.URL, HopKey: []byte("test hop key, shared by replicas")}})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { rl.Run(ctx) })
@@ -199,7 +199,7 @@ func TestCodexAcrossReplicasBehindALoadBalancer(t *testing.T) {
 
 // replicasSee counts the replicas registered as live.
 func replicasSee(t *testing.T, st *store.Store) int {
-	reps, err := st.Replicas(context.Background(), time.Now().Add(-time.Second))
+	reps, err := st.Replicas(context.Background(), time.Now().Add(-5*time.Second)) // wide: it also deletes what it leaves out
 	require.NoError(t, err)
 	return len(reps)
 }
@@ -241,6 +241,7 @@ func TestForwardedKeylessRequestIsAdmitted(t *testing.T) {
 	dbURL, sim, setup := replicaDatabase(t)
 	a := startReplica(t, dbURL, "replica-a")
 	b := startReplicaOn(t, dbURL, "replica-b", true)
+	require.Eventually(t, func() bool { return replicasSee(t, setup) == 2 }, 10*time.Second, 20*time.Millisecond, "both registered")
 	hdr := http.Header{"Session-Id": {sessionS}, "Thread-Id": {rootT}}
 	ident, err := relay.ParseIdentity(hdr)
 	require.NoError(t, err)
