@@ -11,6 +11,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/store/storetest"
 	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
@@ -242,4 +243,30 @@ func TestWebSocketChainsOnAStatelessUpstream(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, refused, "one refusal, then full requests only")
+}
+
+// The relay deletes request records past their retention on its own, at
+// start and then every minute; newer ones stay.
+func TestRequestRecordsPastTheirRetentionGo(t *testing.T) {
+	t.Parallel()
+	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	ctx := context.Background()
+	now := time.Now()
+	for id, at := range map[string]time.Time{"req_old": now.Add(-40 * 24 * time.Hour), "req_new": now.Add(-time.Hour)} {
+		require.NoError(t, st.RecordRequest(ctx, store.RequestRecord{ID: id, ThreadID: "t", Transport: "http", Path: "/v1/responses", Status: 200, StartedAt: at},
+			[]store.Attempt{{RequestID: id, Seq: 1, ThreadID: "t", Class: "ok", StartedAt: at, EndedAt: at}}))
+	}
+	rl := relay.New(relay.Config{Store: st, Logger: testLogger(t)}) // the default retention: 30 days
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); rl.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done; rl.Close() })
+	require.Eventually(t, func() bool {
+		rows, total, err := st.Requests(ctx, store.RequestFilter{})
+		return err == nil && total == 1 && rows[0].ID == "req_new"
+	}, 10*time.Second, 20*time.Millisecond, "the 40-day-old request went, the new one stayed")
+	atts, _, err := st.Attempts(ctx, store.AttemptFilter{})
+	require.NoError(t, err)
+	require.Len(t, atts, 1)
+	assert.Equal(t, "req_new", atts[0].RequestID)
 }

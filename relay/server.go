@@ -53,6 +53,9 @@ type Config struct {
 	// Replica names this process among the replicas sharing the database
 	// (see Run); defaults: a random id, and host:pid for the name.
 	Replica ReplicaConfig
+	// Retention is how long request log rows and attempt records are kept
+	// (Run deletes older ones). Default 30 days; negative keeps them all.
+	Retention time.Duration
 }
 
 // TokenSource hands out an account's credentials, refreshing ChatGPT tokens
@@ -123,6 +126,9 @@ func New(cfg Config) *Server {
 		cfg.Continuity = continuity.New(continuity.Options{Now: cfg.Now})
 	}
 	cfg.Replica = cfg.Replica.withDefaults()
+	if cfg.Retention == 0 {
+		cfg.Retention = 30 * 24 * time.Hour
+	}
 	closing, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg:     cfg,
@@ -173,7 +179,8 @@ func (s *Server) counter(accountID string) *atomic.Int64 {
 func (s *Server) InFlight(accountID string) int { return int(s.counter(accountID).Load()) }
 
 // Run does the relay's background housekeeping until ctx ends: expired
-// bindings are deleted, idle continuity entries swept, and the bridge's
+// bindings and request records past their retention are deleted, idle
+// continuity entries swept, and the bridge's
 // idle and aged lanes closed (its sweeper runs beside, owned here). It
 // also keeps this replica registered with the others sharing the database
 // (heartbeat) and applies what they announce (see replicas.go).
@@ -189,6 +196,7 @@ func (s *Server) Run(ctx context.Context) {
 		go func() { defer wg.Done(); s.listen(ctx) }()
 	}
 	defer wg.Wait()
+	s.housekeep(ctx) // at once too: a restart prunes what piled up meanwhile
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {
@@ -196,22 +204,36 @@ func (s *Server) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.conts.Sweep()
-			if _, err := s.cfg.Store.DeleteExpiredBindings(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("delete expired bindings", "err", err)
-			}
-			now := s.cfg.Now()
-			if _, err := s.cfg.Store.DeleteStaleLeases(ctx, now.Add(-leaseTTL)); err != nil && ctx.Err() == nil {
-				s.log.Warn("delete stale lane leases", "err", err)
-			}
-			s.leased.Range(func(k, v any) bool {
-				if now.Sub(v.(time.Time)) > leaseTTL {
-					s.leased.Delete(k)
-				}
-				return true
-			})
+			s.housekeep(ctx)
 		}
 	}
+}
+
+// housekeep sweeps idle continuity entries and deletes expired bindings,
+// request records past their retention and stale lane leases.
+func (s *Server) housekeep(ctx context.Context) {
+	s.conts.Sweep()
+	if s.cfg.Store == nil {
+		return
+	}
+	if _, err := s.cfg.Store.DeleteExpiredBindings(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("delete expired bindings", "err", err)
+	}
+	now := s.cfg.Now()
+	if s.cfg.Retention > 0 {
+		if _, err := s.cfg.Store.DeleteRecordsBefore(ctx, now.Add(-s.cfg.Retention), 10); err != nil && ctx.Err() == nil {
+			s.log.Warn("delete old request records", "err", err)
+		}
+	}
+	if _, err := s.cfg.Store.DeleteStaleLeases(ctx, now.Add(-leaseTTL)); err != nil && ctx.Err() == nil {
+		s.log.Warn("delete stale lane leases", "err", err)
+	}
+	s.leased.Range(func(k, v any) bool {
+		if now.Sub(v.(time.Time)) > leaseTTL {
+			s.leased.Delete(k)
+		}
+		return true
+	})
 }
 
 // ServeHTTP routes Codex's requests. Paths are accepted under both upstream

@@ -219,6 +219,8 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		{"unknown scheme", map[string]string{"CODEX_RELAY_DATABASE_URL": "mysql://x"}, nil, "unsupported scheme"},
 		{"bad log format", map[string]string{}, []string{"serve", "-log-format", "xml"}, "log-format"},
 		{"stray argument", map[string]string{}, []string{"serve", "extra"}, "unexpected argument"},
+		{"bad retention", map[string]string{"CODEX_RELAY_RETENTION": "a month"}, nil, "CODEX_RELAY_RETENTION"},
+		{"negative retention", map[string]string{}, []string{"serve", "-retention", "-1h"}, "-retention"},
 		{"unknown command", map[string]string{}, []string{"frobnicate"}, "unknown command"},
 	}
 	for _, tc := range cases {

@@ -30,6 +30,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "how long open requests may finish after SIGINT/SIGTERM")
 	tokenURL := fs.String("token-url", envOr(c, "CODEX_RELAY_TOKEN_URL", oauth.DefaultTokenURL), "OAuth token endpoint that refreshes ChatGPT accounts' tokens (env CODEX_RELAY_TOKEN_URL)")
 	fallbackModel := fs.String("fallback-model", envOr(c, "CODEX_RELAY_FALLBACK_MODEL", ""), "model requests ask for when they fall back to accounts tagged \"fallback\" (env CODEX_RELAY_FALLBACK_MODEL); empty: the client's model")
+	retentionText := fs.String("retention", envOr(c, "CODEX_RELAY_RETENTION", "720h"), "how long the request log and attempt records are kept (env CODEX_RELAY_RETENTION), a duration such as 720h or 2160h; 0 keeps them all")
 	advertise := fs.String("advertise-url", envOr(c, "CODEX_RELAY_ADVERTISE_URL", ""), "base URL the other replicas reach this one at, to forward a thread's requests to the replica holding its lane (env CODEX_RELAY_ADVERTISE_URL); default http://<listen address>, or none when listening on all interfaces without it")
 	fs.Usage = withEnvNotes(fs.Usage, c)
 	if err := fs.Parse(args); err != nil {
@@ -37,6 +38,13 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	retention, err := time.ParseDuration(*retentionText)
+	if err != nil || retention < 0 {
+		return fmt.Errorf("serve: -retention (CODEX_RELAY_RETENTION) %q: give a duration such as 720h, or 0 to keep everything", *retentionText)
+	}
+	if retention == 0 {
+		retention = -1 // keep everything
 	}
 	log, err := newLogger(c.stderr, db.logFormat, db.logLevel)
 	if err != nil {
@@ -53,15 +61,16 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	}
 
 	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel,
-		secret: secret, advertise: *advertise}, nil)
+		secret: secret, advertise: *advertise, retention: retention}, nil)
 }
 
 // relayOptions are the relay settings serve and demo pass down.
 type relayOptions struct {
-	tokenURL      string // where ChatGPT refresh tokens are redeemed
-	fallbackModel string // the model a request asks for in the fallback group
-	secret        []byte // the secret key: console sessions and replica hops are signed with keys derived from it
-	advertise     string // base URL other replicas forward to; "" derives it from the listener
+	tokenURL      string        // where ChatGPT refresh tokens are redeemed
+	fallbackModel string        // the model a request asks for in the fallback group
+	secret        []byte        // the secret key: console sessions and replica hops are signed with keys derived from it
+	advertise     string        // base URL other replicas forward to; "" derives it from the listener
+	retention     time.Duration // request records older than this are deleted; 0 the default (30 days), negative keeps them all
 }
 
 // serveRelay assembles the relay and its web front on st and serves on addr
@@ -83,7 +92,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 		advertise = advertiseURL(ln.Addr())
 	}
 	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel,
-		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}})
+		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}, Retention: opts.retention})
 	rctx, stopRelay := context.WithCancel(ctx)
 	var background sync.WaitGroup
 	background.Add(2)

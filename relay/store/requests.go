@@ -295,3 +295,32 @@ func (s *Store) page(ctx context.Context, dest any, table, columns, where string
 	}
 	return total, nil
 }
+
+// retentionBatch bounds one delete of old records, so pruning a large
+// backlog never holds the database for long.
+const retentionBatch = 5000
+
+// DeleteRecordsBefore deletes request log rows and attempt records that
+// started before before, in batches, at most maxBatches per table, and
+// reports how many rows went. Call it again to continue a large backlog.
+func (s *Store) DeleteRecordsBefore(ctx context.Context, before time.Time, maxBatches int) (int64, error) {
+	var total int64
+	for _, table := range []string{"requests", "attempts"} {
+		q := `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + ` WHERE started_at < ? LIMIT ?)`
+		for range maxBatches {
+			res, err := s.exec(ctx, q, before.UnixMilli(), retentionBatch)
+			if err != nil {
+				return total, fmt.Errorf("delete old %s: %w", table, err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return total, err
+			}
+			total += n
+			if n < retentionBatch {
+				break
+			}
+		}
+	}
+	return total, nil
+}

@@ -125,3 +125,29 @@ func TestRecordRequestUnderLoad(t *testing.T) {
 		assert.Equal(t, n, total)
 	})
 }
+
+// Records older than the retention go, in batches; newer ones stay.
+func TestDeleteRecordsBefore(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+		for i, ago := range []time.Duration{40 * 24 * time.Hour, 31 * 24 * time.Hour, 29 * 24 * time.Hour, time.Hour} {
+			id := fmt.Sprintf("req_%d", i)
+			at := now.Add(-ago)
+			require.NoError(t, s.RecordRequest(ctx, store.RequestRecord{ID: id, ThreadID: "t", Transport: "http", Path: "/v1/responses", Status: 200, StartedAt: at},
+				[]store.Attempt{{RequestID: id, Seq: 1, ThreadID: "t", Class: "ok", StartedAt: at, EndedAt: at}}))
+		}
+		n, err := s.DeleteRecordsBefore(ctx, now.Add(-30*24*time.Hour), 10)
+		require.NoError(t, err)
+		assert.Equal(t, int64(4), n, "two requests and their two attempts")
+		rows, total, err := s.Requests(ctx, store.RequestFilter{})
+		require.NoError(t, err)
+		assert.Equal(t, 2, total)
+		for _, r := range rows {
+			assert.True(t, r.StartedAt.After(now.Add(-30*24*time.Hour)))
+		}
+		_, total, err = s.Attempts(ctx, store.AttemptFilter{})
+		require.NoError(t, err)
+		assert.Equal(t, 2, total)
+	})
+}
