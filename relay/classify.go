@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 	"regexp"
@@ -130,18 +131,18 @@ func classifyFailure(e AttemptEnd) Outcome {
 		if until.IsZero() {
 			until = e.Now.Add(time.Hour)
 		}
-		reason := firstNonEmpty(code, typ)
+		reason := cmp.Or(code, typ)
 		return Outcome{Class: ClassQuota, Action: ActionNext, Penalty: &Penalty{Status: store.StatusQuotaExceeded, Reason: reason, Until: until}}
 	case e.Status == http.StatusTooManyRequests || code == wire.CodeRateLimitExceeded:
 		until := resetTime(e.Now, e.Err)
 		if until.IsZero() {
 			until = e.Now.Add(retryAfter(msg, time.Minute))
 		}
-		return Outcome{Class: ClassRateLimit, Action: ActionNext, Penalty: &Penalty{Status: store.StatusRateLimited, Reason: firstNonEmpty(code, "rate_limited"), Until: until}}
+		return Outcome{Class: ClassRateLimit, Action: ActionNext, Penalty: &Penalty{Status: store.StatusRateLimited, Reason: cmp.Or(code, "rate_limited"), Until: until}}
 	case e.Status == http.StatusUnauthorized:
-		return Outcome{Class: ClassAuth, Action: ActionNext, Penalty: &Penalty{Status: store.StatusReauthRequired, Reason: firstNonEmpty(code, "upstream answered 401")}}
+		return Outcome{Class: ClassAuth, Action: ActionNext, Penalty: &Penalty{Status: store.StatusReauthRequired, Reason: cmp.Or(code, "upstream answered 401")}}
 	case e.Status == http.StatusPaymentRequired:
-		return Outcome{Class: ClassBilling, Action: ActionNext, Penalty: &Penalty{Status: store.StatusQuotaExceeded, Reason: firstNonEmpty(code, "upstream answered 402 (billing)"), Until: e.Now.Add(time.Hour)}}
+		return Outcome{Class: ClassBilling, Action: ActionNext, Penalty: &Penalty{Status: store.StatusQuotaExceeded, Reason: cmp.Or(code, "upstream answered 402 (billing)"), Until: e.Now.Add(time.Hour)}}
 	case e.Status == http.StatusForbidden || e.Status == http.StatusProxyAuthRequired:
 		return Outcome{Class: ClassForbidden, Action: ActionNext, Penalty: &Penalty{Status: store.StatusRateLimited, Reason: "upstream answered " + strconv.Itoa(e.Status) + ": cooling down", Until: e.Now.Add(10 * time.Minute)}}
 	case e.Status >= 500 || code == wire.CodeServerIsOverloaded || typ == wire.TypeServerError:
@@ -199,15 +200,6 @@ func retryAfter(msg string, def time.Duration) time.Duration {
 		return time.Duration(v * float64(time.Minute))
 	}
 	return time.Duration(v * float64(time.Second))
-}
-
-func firstNonEmpty(v ...string) string {
-	for _, s := range v {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 // errStall is the transport error of a stream that went quiet.

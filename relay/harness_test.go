@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -64,7 +65,7 @@ func newHarnessSim(t *testing.T, simCfg upstreamtest.Config, adjust func(*harnes
 			acc.Kind, acc.BaseURL, cred.APIKey = store.KindOpenAI, sim.OpenAIBaseURL(), a.AccessToken
 		} else {
 			acc.Kind, acc.BaseURL = store.KindChatGPT, sim.CodexBaseURL()
-			acc.ChatGPTAccountID = firstNonEmpty(a.ChatGPTAccountID, a.ID)
+			acc.ChatGPTAccountID = cmp.Or(a.ChatGPTAccountID, a.ID)
 			cred.AccessToken, cred.RefreshToken = a.AccessToken, a.RefreshToken
 		}
 		created, err := st.CreateAccount(context.Background(), acc, cred)
@@ -80,15 +81,6 @@ func newHarnessSim(t *testing.T, simCfg upstreamtest.Config, adjust func(*harnes
 		h.srv.Close()
 	})
 	return h
-}
-
-func firstNonEmpty(v ...string) string {
-	for _, s := range v {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 // simID maps a relay account id back to the sim's.

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -105,7 +106,7 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 			if e, ok := wire.ParseErrorBody(f.body); ok {
 				msg = e.Message
 			}
-			_ = out.event(wire.EventResponseFailed, failedEvent("", c.id, firstNonEmpty(string(f.class), "upstream_error"), msg))
+			_ = out.event(wire.EventResponseFailed, failedEvent("", c.id, cmp.Or(string(f.class), "upstream_error"), msg))
 			return
 		}
 		c.writeRaw(w, f.status, f.header, f.body)
@@ -132,7 +133,7 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 				s.log.Error("select account", "err", err)
 			}
 			answer(&failure{status: a.Status, body: errorJSON(a.Err), class: selectionClass(err)})
-			rec.Status, rec.ErrorCode = a.Status, firstNonEmpty(a.Err.Code, a.Err.Type)
+			rec.Status, rec.ErrorCode = a.Status, cmp.Or(a.Err.Code, a.Err.Type)
 			attempts = append(attempts, s.attemptRecord(c, n, "", prevAccount, selectionClass(err), "", ActionTerminal, a.Status, a.Err.Code, err.Error(), s.cfg.Now(), 0))
 			return
 		}
@@ -176,7 +177,7 @@ func (s *Server) dispatchHTTP(ctx context.Context, w http.ResponseWriter, c *cal
 					f = rc.first // no account accepted: the client gets the first mismatch failure
 				}
 			}
-			rec.Status, rec.ErrorCode, rec.FirstEvent = info.status, firstNonEmpty(info.code, string(res.Class)), info.firstEvent
+			rec.Status, rec.ErrorCode, rec.FirstEvent = info.status, cmp.Or(info.code, string(res.Class)), info.firstEvent
 			if f != nil {
 				answer(f)
 			}
@@ -285,7 +286,7 @@ func (s *Server) attemptHTTP(ctx context.Context, w http.ResponseWriter, out *ss
 		var ep *wire.Error
 		if ok {
 			ep = &e
-			info.code = firstNonEmpty(e.Code, e.Type)
+			info.code = cmp.Or(e.Code, e.Type)
 			info.detail = e.Message
 		}
 		out := Classify(AttemptEnd{Now: now, Status: resp.StatusCode, Err: ep, Cancelled: ctx.Err() != nil})
@@ -345,7 +346,7 @@ func errCode(e *wire.Error) string {
 	if e == nil {
 		return ""
 	}
-	return firstNonEmpty(e.Code, e.Type)
+	return cmp.Or(e.Code, e.Type)
 }
 
 // failedEvent builds a response.failed event for a stream the relay ends.

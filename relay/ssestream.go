@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -29,7 +30,7 @@ func (s *Server) relaySSE(ctx context.Context, out *sseOut, c *call, ch choice, 
 			passHeaders(h, header)
 			c.markRecovery(h)
 			c.noticeHeaders(h, ch.target)
-			ts := firstNonEmpty(tr.turnState, turnState)
+			ts := cmp.Or(tr.turnState, turnState)
 			if ts == "" && c.turnState == "" {
 				// The upstream gave none: the relay issues one for the turn.
 				ts, proxyTurnState = store.NewSecret("rts_"), true

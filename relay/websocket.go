@@ -249,7 +249,7 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 				return ws.write(ctx, firstFail)
 			}
 			a := selectionAnswer(err, s.cfg.Now())
-			rec.Status, rec.ErrorCode = a.Status, firstNonEmpty(a.Err.Code, a.Err.Type)
+			rec.Status, rec.ErrorCode = a.Status, cmp.Or(a.Err.Code, a.Err.Type)
 			attempts = append(attempts, s.attemptRecord(c, n, "", prev, selectionClass(err), "", ActionTerminal, a.Status, a.Err.Code, err.Error(), s.cfg.Now(), 0))
 			return ws.write(ctx, errorEvent(a.Status, a.Err))
 		}
@@ -296,7 +296,7 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 					res.final = rc.first.body // no account accepted: the first mismatch failure
 				}
 			}
-			rec.Status, rec.ErrorCode = statusOr(res.status, http.StatusOK), firstNonEmpty(res.code, string(res.out.Class))
+			rec.Status, rec.ErrorCode = statusOr(res.status, http.StatusOK), cmp.Or(res.code, string(res.out.Class))
 			if res.final != nil {
 				return ws.write(ctx, res.final)
 			}
@@ -465,7 +465,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) laneEnd {
 			}
 		}
 		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
-			if firstNonEmpty(tr.turnState, upstreamTurnState, c.turnState) == "" {
+			if cmp.Or(tr.turnState, upstreamTurnState, c.turnState) == "" {
 				// The upstream gave no turn state: the relay keeps one per thread.
 				if ws.turnState == "" {
 					ws.turnState = store.NewSecret("rts_")
@@ -480,7 +480,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) laneEnd {
 		return ws.write(ctx, data)
 	}
 	settle := func(tr *tracker) {
-		ts, proxy := firstNonEmpty(tr.turnState, upstreamTurnState), false
+		ts, proxy := cmp.Or(tr.turnState, upstreamTurnState), false
 		if ts == "" && c.turnState == "" {
 			if ws.turnState == "" {
 				ws.turnState = store.NewSecret("rts_")
@@ -495,7 +495,7 @@ func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) laneEnd {
 		}
 		if c.ident.Key != "" && tr.responseID != "" {
 			s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
-				AccountID: acct, Organization: ch.target.Account.Organization, TurnState: firstNonEmpty(tr.turnState, upstreamTurnState)})
+				AccountID: acct, Organization: ch.target.Account.Organization, TurnState: cmp.Or(tr.turnState, upstreamTurnState)})
 		}
 		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	}
@@ -594,7 +594,7 @@ func (ws *wsSession) attemptOverHTTP(ctx context.Context, c *call, ch choice) la
 		return ws.write(ctx, data)
 	}
 	settle := func(tr *tracker) {
-		if ts := firstNonEmpty(tr.turnState, turnState); ts != "" {
+		if ts := cmp.Or(tr.turnState, turnState); ts != "" {
 			s.owners.put(turnStateKey(ts), owner{account: acct, scope: c.client.scope()})
 		}
 		if c.ident.Key != "" && tr.responseID != "" {
@@ -604,7 +604,7 @@ func (ws *wsSession) attemptOverHTTP(ctx context.Context, c *call, ch choice) la
 		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
 	}
 	res = s.pumpLane(ctx, c, acct, src, emit, settle)
-	res.detail = firstNonEmpty(res.detail, "http: the upstream speaks HTTP only")
+	res.detail = cmp.Or(res.detail, "http: the upstream speaks HTTP only")
 	return res
 }
 

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"net/http"
 	"net/url"
 	"strings"
@@ -182,7 +183,7 @@ func (f AccountForm) newAccount() (store.Account, store.Credentials, error) {
 			a.BaseURL = DefaultChatGPTBaseURL
 		}
 		if a.Label == "" {
-			a.Label = firstNonEmpty(a.Email, a.ChatGPTAccountID)
+			a.Label = cmp.Or(a.Email, a.ChatGPTAccountID)
 		}
 	default:
 		if c.AccessToken != "" || c.RefreshToken != "" || c.IDToken != "" {
@@ -202,15 +203,6 @@ func (f AccountForm) newAccount() (store.Account, store.Credentials, error) {
 		}
 	}
 	return a, c, nil
-}
-
-func firstNonEmpty(v ...string) string {
-	for _, s := range v {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 func (s *Server) listAccounts(c echo.Context) error {

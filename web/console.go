@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -74,14 +75,14 @@ func (n names) accountName(id string) string {
 	if id == "" {
 		return "—"
 	}
-	return firstNonEmpty(n.account[id], id)
+	return cmp.Or(n.account[id], id)
 }
 
 func (n names) keyName(id string) string {
 	if id == "" {
 		return "keyless"
 	}
-	return firstNonEmpty(n.key[id], id)
+	return cmp.Or(n.key[id], id)
 }
 
 func (n names) accountOptions(selected string) []ui.Option {
@@ -166,7 +167,7 @@ func (s *Server) accountRows(ctx context.Context, accounts []store.Account, now 
 		if err != nil {
 			return nil, err
 		}
-		r := ui.AccountRow{ID: a.ID, Label: a.Label, Kind: string(a.Kind), Organization: firstNonEmpty(a.Organization, "—"),
+		r := ui.AccountRow{ID: a.ID, Label: a.Label, Kind: string(a.Kind), Organization: cmp.Or(a.Organization, "—"),
 			Email: a.Email, Plan: a.PlanType, BaseURL: a.BaseURL, Tags: strings.Join(a.Tags, ", "),
 			Status: strings.ReplaceAll(string(a.Status), "_", " "), Tone: statusTone(a.Status), Reason: a.StatusReason,
 			InFlight: s.cfg.Relay.InFlight(a.ID), Lanes: lanes[a.ID], Bindings: bound, Paused: a.Status == store.StatusPaused,

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"io"
 	"net/http"
 	"strconv"
@@ -95,7 +96,7 @@ func (s *Server) consoleAddAccount(c echo.Context) error {
 		}
 		// Show the form again with what was typed, credentials excepted.
 		c.Set(flashNowKey, &ui.Flash{Kind: "error", Text: msg})
-		return s.renderAccounts(c, http.StatusBadRequest, ui.AccountForm{Kind: firstNonEmpty(f.Kind, "openai"), Label: f.Label,
+		return s.renderAccounts(c, http.StatusBadRequest, ui.AccountForm{Kind: cmp.Or(f.Kind, "openai"), Label: f.Label,
 			BaseURL: f.BaseURL, Organization: f.Organization, AccountID: f.AccountID, Email: f.Email, Tags: f.Tags})
 	}
 	return s.back(c, "/admin/accounts", nil, "Added account "+a.Label+".")

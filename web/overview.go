@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -129,7 +130,7 @@ func buildOverview(now time.Time, accounts []store.Account, rows []ui.AccountRow
 
 	for _, ts := range t.Threads {
 		o.Threads = append(o.Threads, ui.ThreadRow{Thread: ts.ThreadID, Session: ts.SessionID,
-			Account: firstNonEmpty(label[ts.AccountID], ts.AccountID), LastSeen: ago(now, ts.LastAt),
+			Account: cmp.Or(label[ts.AccountID], ts.AccountID), LastSeen: ago(now, ts.LastAt),
 			Requests: ts.Requests, Switches: ts.Switches, Errors: ts.Errors,
 			URL: "/admin/bindings?" + url.Values{"thread": {ts.ThreadID}}.Encode()})
 	}

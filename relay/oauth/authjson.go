@@ -64,7 +64,7 @@ func (a ImportedAccount) Label() string {
 	if len(ws) > 8 {
 		ws = "…" + ws[len(ws)-8:]
 	}
-	name := firstNonEmpty(a.Email, "chatgpt")
+	name := firstNonBlank(a.Email, "chatgpt")
 	if a.PlanType != "" {
 		return fmt.Sprintf("%s (%s, %s)", name, a.PlanType, ws)
 	}
@@ -211,11 +211,11 @@ func (e authDotJSON) account() (ImportedAccount, error) {
 func fillFromTokens(a *ImportedAccount) {
 	idc, _ := ParseClaims(a.Credentials.IDToken)
 	acc, _ := ParseClaims(a.Credentials.AccessToken)
-	a.ChatGPTAccountID = firstNonEmpty(idc.ChatGPTAccountID, acc.ChatGPTAccountID)
-	a.Email = firstNonEmpty(idc.Email, acc.Email)
-	a.PlanType = firstNonEmpty(idc.PlanType, acc.PlanType)
-	a.UserID = firstNonEmpty(idc.UserID, acc.UserID)
-	a.Organization = firstNonEmpty(idc.Organization(), acc.Organization())
+	a.ChatGPTAccountID = firstNonBlank(idc.ChatGPTAccountID, acc.ChatGPTAccountID)
+	a.Email = firstNonBlank(idc.Email, acc.Email)
+	a.PlanType = firstNonBlank(idc.PlanType, acc.PlanType)
+	a.UserID = firstNonBlank(idc.UserID, acc.UserID)
+	a.Organization = firstNonBlank(idc.Organization(), acc.Organization())
 	a.Organizations = idc.Organizations
 	if len(a.Organizations) == 0 {
 		a.Organizations = acc.Organizations

@@ -60,7 +60,7 @@ type DeviceCode struct {
 }
 
 func (d DeviceLogin) issuer() string {
-	return strings.TrimRight(firstNonEmpty(d.Issuer, DefaultIssuer), "/")
+	return strings.TrimRight(firstNonBlank(d.Issuer, DefaultIssuer), "/")
 }
 
 func (d DeviceLogin) client() *http.Client {
@@ -70,7 +70,7 @@ func (d DeviceLogin) client() *http.Client {
 	return &http.Client{}
 }
 
-func (d DeviceLogin) clientID() string { return firstNonEmpty(d.ClientID, CodexClientID) }
+func (d DeviceLogin) clientID() string { return firstNonBlank(d.ClientID, CodexClientID) }
 
 func (d DeviceLogin) minInterval() time.Duration {
 	if d.MinInterval > 0 {
@@ -111,7 +111,7 @@ func (d DeviceLogin) Start(ctx context.Context) (DeviceCode, error) {
 	}
 	dc := DeviceCode{
 		VerificationURL: d.issuer() + "/codex/device",
-		UserCode:        firstNonEmpty(uc.UserCode, uc.UserCodeAlt),
+		UserCode:        firstNonBlank(uc.UserCode, uc.UserCodeAlt),
 		DeviceAuthID:    uc.DeviceAuthID,
 		Interval:        parseInterval(uc.Interval),
 	}

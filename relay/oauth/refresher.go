@@ -383,9 +383,9 @@ func (r *Refresher) refreshClaimed(ctx context.Context, log *slog.Logger, a stor
 
 	next := store.Credentials{
 		APIKey:       cred.APIKey,
-		AccessToken:  firstNonEmpty(g.AccessToken, cred.AccessToken),
-		RefreshToken: firstNonEmpty(g.RefreshToken, cred.RefreshToken),
-		IDToken:      firstNonEmpty(g.IDToken, cred.IDToken),
+		AccessToken:  firstNonBlank(g.AccessToken, cred.AccessToken),
+		RefreshToken: firstNonBlank(g.RefreshToken, cred.RefreshToken),
+		IDToken:      firstNonBlank(g.IDToken, cred.IDToken),
 	}
 	var nextExp time.Time
 	if g.ExpiresIn > 0 {

@@ -163,11 +163,11 @@ func tokenErrorDetail(raw []byte) (code, msg string) {
 	case json.Unmarshal(body.Error, &s) == nil:
 		code = s
 	case json.Unmarshal(body.Error, &obj) == nil:
-		code = firstNonEmpty(obj.Code, obj.Error, obj.Type)
+		code = firstNonBlank(obj.Code, obj.Error, obj.Type)
 		msg = obj.Message
 	}
-	code = firstNonEmpty(code, body.Code)
-	msg = firstNonEmpty(body.Description, msg, body.Message)
+	code = firstNonBlank(code, body.Code)
+	msg = firstNonBlank(body.Description, msg, body.Message)
 	return sanitizeCode(code), msg
 }
 
@@ -213,7 +213,9 @@ func redactURLError(err error) error {
 	return err
 }
 
-func firstNonEmpty(v ...string) string {
+// firstNonBlank returns the first of v that is not blank, trimmed: the
+// fields an auth server fills vary, and some hold only spaces.
+func firstNonBlank(v ...string) string {
 	for _, s := range v {
 		if s = strings.TrimSpace(s); s != "" {
 			return s

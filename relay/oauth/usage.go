@@ -217,7 +217,7 @@ func (p *UsagePoller) Polls(a store.Account) bool {
 }
 
 func (p *UsagePoller) usageURL(a store.Account) string {
-	return firstNonEmpty(p.cfg.UsageURL, UsageURL(a.BaseURL))
+	return firstNonBlank(p.cfg.UsageURL, UsageURL(a.BaseURL))
 }
 
 // Fetch reads the account's usage: GET {usage URL} with its access token
