@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -121,7 +122,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) bool {
 			// The body as read here: decompressed, so its encoding goes.
 			pr.Out.Body = http.NoBody
 			if len(c.body) > 0 {
-				pr.Out.Body = readCloser{bytes.NewReader(c.body)}
+				pr.Out.Body = io.NopCloser(bytes.NewReader(c.body))
 			}
 			pr.Out.ContentLength = int64(len(c.body))
 			pr.Out.Header.Del("Content-Encoding")
@@ -145,7 +146,3 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) bool {
 	s.metrics.lanes.WithLabelValues("forwarded").Inc()
 	return true
 }
-
-type readCloser struct{ *bytes.Reader }
-
-func (readCloser) Close() error { return nil }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -320,7 +318,7 @@ func runWorkload(ctx context.Context, client *http.Client, target benchTarget, t
 	start := time.Now()
 	for conv := range o.conversations {
 		wg.Go(func() {
-			conv := &benchConversation{client: client, target: target, conv: conv, o: o, session: newBenchID()}
+			conv := &benchConversation{client: client, target: target, conv: conv, o: o, session: store.NewID("bench", time.Now())}
 			var got []turnSample
 			err := conv.run(ctx, transport, func(s turnSample) { got = append(got, s) })
 			mu.Lock()
@@ -362,12 +360,6 @@ func percentilesOf(ds []time.Duration) percentiles {
 		return float64(ds[i]) / float64(time.Millisecond)
 	}
 	return percentiles{P50: at(0.50), P95: at(0.95), P99: at(0.99), Max: at(1)}
-}
-
-func newBenchID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // benchConversation is one conversation of a workload: a session whose
@@ -546,16 +538,9 @@ func (b *benchConversation) event(data []byte, start time.Time, s *turnSample) (
 		}
 		return true, ev.Response.Output, nil
 	case wire.IsTerminal(typ) || typ == "error":
-		return true, nil, fmt.Errorf("%s: %s", typ, truncate(data, 300))
+		return true, nil, fmt.Errorf("%s: %s", typ, clipText(string(data), 300))
 	}
 	return false, nil, nil
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		return string(b[:n]) + "..."
-	}
-	return string(b)
 }
 
 func printBench(w io.Writer, r benchReport) {
