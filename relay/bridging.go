@@ -81,9 +81,7 @@ func (s *Server) laneKey(c *call) bridge.Key {
 // full request. Events come back as SSE.
 func (s *Server) attemptBridge(ctx context.Context, w http.ResponseWriter, out *sseOut, c *call, ch choice) (Outcome, *failure, attemptInfo) {
 	acct := ch.target.Account.ID
-	cnt := s.counter(acct)
-	cnt.Add(1)
-	defer cnt.Add(-1)
+	defer s.inFlight(acct)()
 	var info attemptInfo
 	now := s.cfg.Now()
 	setHeaders := func(h http.Header) { c.markRecovery(h) }

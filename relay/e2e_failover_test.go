@@ -1,8 +1,10 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
+	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
@@ -102,4 +105,38 @@ func TestRateLimitedAccountReturnsAfterItsReset(t *testing.T) {
 	resp, body = h.post(sessionS, rootT, responseRequest("after the reset"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	assert.Equal(t, store.StatusActive, statusOf(t, h, "a1"), "a success clears the limit")
+}
+
+// A request counts as in flight on its account while it runs (the balancer
+// and the console read it), over the bridge and over plain HTTP, and stops
+// counting when it ends, here by the client giving up on a stalled stream.
+func TestInFlightCountsARequestWhileItRuns(t *testing.T) {
+	for _, bridged := range []bool{true, false} {
+		t.Run(map[bool]string{true: "bridge", false: "http"}[bridged], func(t *testing.T) {
+			t.Parallel()
+			h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.DisableBridge = !bridged }, simAccount("a1", "org-a"))
+			_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultStall, Events: 1, Times: 1})
+			require.NoError(t, err)
+			body, err := json.Marshal(responseRequest("stall"))
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.codexBaseURL()+"/responses", bytes.NewReader(body))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+			a1 := h.ids["a1"]
+			require.Eventually(t, func() bool { return h.relay.InFlight(a1) == 1 }, 10*time.Second, 10*time.Millisecond, "in flight while stalled")
+			cancel()
+			<-done
+			require.Eventually(t, func() bool { return h.relay.InFlight(a1) == 0 }, 10*time.Second, 10*time.Millisecond, "and no more once it ended")
+		})
+	}
 }

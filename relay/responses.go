@@ -260,9 +260,7 @@ func passHeaders(dst, src http.Header) {
 // for a failure the client has not been sent, the answer to send.
 func (s *Server) attemptHTTP(ctx context.Context, w http.ResponseWriter, out *sseOut, c *call, ch choice) (Outcome, *failure, attemptInfo) {
 	acct := ch.target.Account.ID
-	cnt := s.counter(acct)
-	cnt.Add(1)
-	defer cnt.Add(-1)
+	defer s.inFlight(acct)()
 	var info attemptInfo
 	now := s.cfg.Now()
 

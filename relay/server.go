@@ -175,6 +175,14 @@ func (s *Server) counter(accountID string) *atomic.Int64 {
 	return v.(*atomic.Int64)
 }
 
+// inFlight counts a request under way on an account until the returned
+// func is called.
+func (s *Server) inFlight(accountID string) (done func()) {
+	c := s.counter(accountID)
+	c.Add(1)
+	return func() { c.Add(-1) }
+}
+
 // InFlight reports requests under way on an account on this replica.
 func (s *Server) InFlight(accountID string) int { return int(s.counter(accountID).Load()) }
 

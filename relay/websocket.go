@@ -370,9 +370,7 @@ func (ws *wsSession) takeLaneReset() bool {
 func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) laneEnd {
 	s := ws.s
 	acct := ch.target.Account.ID
-	cnt := s.counter(acct)
-	cnt.Add(1)
-	defer cnt.Add(-1)
+	defer s.inFlight(acct)()
 	now := s.cfg.Now()
 	res := laneEnd{}
 
@@ -562,9 +560,7 @@ func (ws *wsSession) attemptOverHTTP(ctx context.Context, c *call, ch choice) la
 		res.final = errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: err.Error()})
 		return res
 	}
-	cnt := s.counter(acct)
-	cnt.Add(1)
-	defer cnt.Add(-1)
+	defer s.inFlight(acct)()
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resp, err := s.cfg.Upstream.Post(actx, ch.target, ch.target.ResponsesURL(""), ws.header, body)
