@@ -30,11 +30,8 @@ type stmtCache struct {
 // when the cache is full or closed (the caller then runs the query as is).
 func (s *Store) prepared(ctx context.Context, query string) (*sqlx.Stmt, error) {
 	c := &s.stmts
-	c.mu.Lock()
-	st, ok := c.stmts[query]
-	full := c.closed || len(c.stmts) >= maxCachedStmts
-	c.mu.Unlock()
-	if ok || full {
+	st, full := c.lookup(query)
+	if st != nil || full {
 		return st, nil
 	}
 	// Prepare outside the lock: other queries keep running meanwhile.
@@ -58,6 +55,14 @@ func (s *Store) prepared(ctx context.Context, query string) (*sqlx.Stmt, error) 
 	return st, nil
 }
 
+// lookup returns the cached statement for query (nil when there is none),
+// and whether the cache takes no more.
+func (c *stmtCache) lookup(query string) (st *sqlx.Stmt, full bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stmts[query], c.closed || len(c.stmts) >= maxCachedStmts
+}
+
 func (c *stmtCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -78,13 +83,10 @@ type execFunc func(ctx context.Context, query string, args ...any) (sql.Result, 
 // before they begin (see warm).
 func (s *Store) execIn(tx *sqlx.Tx) execFunc {
 	return func(ctx context.Context, query string, args ...any) (sql.Result, error) {
-		s.stmts.mu.Lock()
-		st := s.stmts.stmts[query]
-		s.stmts.mu.Unlock()
-		if st == nil {
-			return tx.ExecContext(ctx, s.q(query), args...)
+		if st, _ := s.stmts.lookup(query); st != nil {
+			return tx.StmtxContext(ctx, st).ExecContext(ctx, args...)
 		}
-		return tx.StmtxContext(ctx, st).ExecContext(ctx, args...)
+		return tx.ExecContext(ctx, s.q(query), args...)
 	}
 }
 
