@@ -199,6 +199,22 @@ func derivedKey(secret []byte, purpose string) []byte {
 	return h.Sum(nil)
 }
 
+// openRelayStore is what serve and demo start from: the store opened and
+// migrated with its secret key, and the admin token's hash (generated and
+// printed once when none is set).
+func openRelayStore(ctx context.Context, c cli, f dbFlags, log *slog.Logger) (*store.Store, []byte, [32]byte, error) {
+	st, secret, err := openStoreWithKey(ctx, c, f, log, false)
+	if err != nil {
+		return nil, nil, [32]byte{}, err
+	}
+	adminHash, err := resolveAdminToken(ctx, c, st, log)
+	if err != nil {
+		st.Close()
+		return nil, nil, [32]byte{}, err
+	}
+	return st, secret, adminHash, nil
+}
+
 // openStoreWithKey is openStore that also returns the secret key.
 func openStoreWithKey(ctx context.Context, c cli, f dbFlags, log *slog.Logger, withoutSecret bool) (*store.Store, []byte, error) {
 	loc, err := store.ParseLocation(f.databaseURL)

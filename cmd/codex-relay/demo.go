@@ -54,15 +54,11 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 		}
 		db.databaseURL = "sqlite:" + filepath.Join(dir, "relay.db")
 	}
-	st, secret, err := openStoreWithKey(ctx, c, db, log, false)
+	st, secret, adminHash, err := openRelayStore(ctx, c, db, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	adminHash, err := resolveAdminToken(ctx, c, st, log)
-	if err != nil {
-		return err
-	}
 	if err := addDemoAccounts(ctx, st, sim); err != nil {
 		return err
 	}

@@ -50,15 +50,11 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, secret, err := openStoreWithKey(ctx, c, db, log, false)
+	st, secret, adminHash, err := openRelayStore(ctx, c, db, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	adminHash, err := resolveAdminToken(ctx, c, st, log)
-	if err != nil {
-		return err
-	}
 
 	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel,
 		secret: secret, advertise: *advertise, retention: retention}, nil)
