@@ -74,6 +74,13 @@ func verifyHop(key []byte, header, method, path string, body []byte, now time.Ti
 	return parts[0], true
 }
 
+// hopSender is the replica that forwarded r here, when its hop header
+// verifies against body; "" otherwise.
+func (s *Server) hopSender(r *http.Request, body []byte) string {
+	from, _ := verifyHop(s.cfg.Replica.HopKey, r.Header.Get(HeaderHop), r.Method, r.URL.Path, body, s.cfg.Now())
+	return from
+}
+
 func leaseKey(c *call) string { return c.client.scope() + "\x00" + string(c.ident.Key) }
 
 // forward serves c from the replica holding its thread's lease, when that

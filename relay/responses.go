@@ -24,24 +24,17 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 	ctx := r.Context()
 	c := &call{id: store.NewID("req", s.cfg.Now()), start: s.cfg.Now(), transport: "http", path: r.URL.Path, sub: sub}
 	var body []byte
-	hop := r.Header.Get(HeaderHop)
-	checkHop := func() {
-		if hop != "" && len(s.cfg.Replica.HopKey) > 0 {
-			c.hopFrom, _ = verifyHop(s.cfg.Replica.HopKey, hop, r.Method, r.URL.Path, body, s.cfg.Now())
-		}
-	}
 	// A refused request that says another replica forwarded it is read (the
 	// hop's signature covers the body) and admitted if the hop verifies.
 	vouch := func() bool {
-		if hop == "" || len(s.cfg.Replica.HopKey) == 0 {
+		if r.Header.Get(HeaderHop) == "" || len(s.cfg.Replica.HopKey) == 0 {
 			return false
 		}
 		b, err := readBody(r, s.cfg.MaxBodyBytes)
 		if err != nil {
 			return false
 		}
-		body = b
-		checkHop()
+		body, c.hopFrom = b, s.hopSender(r, b)
 		return c.hopFrom != ""
 	}
 	cl, ident, ok := s.admitIdentifiedOr(w, r, vouch)
@@ -56,7 +49,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 			writeError(w, a.Status, a.Err)
 			return
 		}
-		checkHop()
+		c.hopFrom = s.hopSender(r, body)
 	}
 	fields, err := continuity.RequestFields(body)
 	if err != nil {
