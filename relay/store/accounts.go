@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // Kind is an account's upstream flavour.
@@ -320,19 +322,16 @@ func (s *Store) SetAccountStatus(ctx context.Context, id string, st Status, reas
 // DeleteAccount removes an account and every binding that points at it.
 func (s *Store) DeleteAccount(ctx context.Context, id string) error {
 	defer s.accountsChanged(ctx)
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("delete account: %w", err)
-	}
-	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, s.q(`DELETE FROM accounts WHERE id = ?`), id)
-	if err := affectedOne(res, err, "delete account", id); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM bindings WHERE account_id = ?`), id); err != nil {
-		return fmt.Errorf("delete account bindings: %w", err)
-	}
-	return tx.Commit()
+	return s.inTx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM accounts WHERE id = ?`), id)
+		if err := affectedOne(res, err, "delete account", id); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM bindings WHERE account_id = ?`), id); err != nil {
+			return fmt.Errorf("delete account bindings: %w", err)
+		}
+		return nil
+	})
 }
 
 // Credentials decrypts an account's secrets.

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -114,6 +115,11 @@ type Store struct {
 	nowFunc func() time.Time
 	stmts   stmtCache
 	accts   accountsCache
+	// writeTx lets one write transaction at a time begin on SQLite, in
+	// arrival order. SQLite has one writer anyway; left to its busy
+	// handler, waiting transactions poll for the lock, and under load an
+	// unlucky one can lose every round until its busy timeout.
+	writeTx sync.Mutex
 }
 
 // Options configure Open.
