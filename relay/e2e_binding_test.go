@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 const (
@@ -45,7 +45,7 @@ func TestSiblingsShareThenDiverge(t *testing.T) {
 
 	// The root's next request fails on its account once (a 500 before any
 	// output) and moves; only the root's row follows.
-	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultServerError, Account: first, Times: 1})
+	_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultServerError, Account: first, Times: 1})
 	require.NoError(t, err)
 	resp, body = h.post(sessionS, rootT, responseRequest("root again"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
@@ -101,14 +101,14 @@ func TestConflictingHardOwnersFailBeforeUpstream(t *testing.T) {
 	// ...and an operator's pin of another session to the other account.
 	_, err := h.store.Pin(ctx, store.BindRawSession, "pinned-session", h.ids[other], "pin")
 	require.NoError(t, err)
-	before := len(h.sim.Records(upstreamtest.RecordFilter{}))
+	before := len(h.sim.Records(sim.RecordFilter{}))
 
 	req := responseRequest("continue")
 	req["previous_response_id"] = prevID
 	resp, body = h.post("pinned-session", "019a1111-0000-7000-8000-0000000000cc", req, nil)
 	assert.Equal(t, http.StatusConflict, resp.StatusCode, body)
 	assert.Contains(t, body, "continuity_owner_conflict")
-	assert.Equal(t, before, len(h.sim.Records(upstreamtest.RecordFilter{})), "nothing went upstream")
+	assert.Equal(t, before, len(h.sim.Records(sim.RecordFilter{})), "nothing went upstream")
 
 	// A turn state issued by one account and a pin to the other conflict too.
 	resp, body = h.post("", "019a1111-0000-7000-8000-0000000000dd", responseRequest("x"), nil)
@@ -122,10 +122,10 @@ func TestConflictingHardOwnersFailBeforeUpstream(t *testing.T) {
 	}
 	_, err = h.store.Pin(ctx, store.BindRawThread, "019a1111-0000-7000-8000-0000000000dd", h.ids[pinTo], "pin")
 	require.NoError(t, err)
-	before = len(h.sim.Records(upstreamtest.RecordFilter{}))
+	before = len(h.sim.Records(sim.RecordFilter{}))
 	resp, body = h.post("", "019a1111-0000-7000-8000-0000000000dd", responseRequest("y"), http.Header{"X-Codex-Turn-State": {ts}})
 	assert.Equal(t, http.StatusConflict, resp.StatusCode, body)
-	assert.Equal(t, before, len(h.sim.Records(upstreamtest.RecordFilter{})), "nothing went upstream")
+	assert.Equal(t, before, len(h.sim.Records(sim.RecordFilter{})), "nothing went upstream")
 
 	atts, _, err := h.store.Attempts(ctx, store.AttemptFilter{Class: "conflict"})
 	require.NoError(t, err)
@@ -196,7 +196,7 @@ func TestWebSocketChainsAndRebuildsOnAnotherAccount(t *testing.T) {
 func TestWebSocketConnectionLimitIsInvisible(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, simAccount("a1", "org-a"))
-	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultWebSocketMaxAge, MaxAge: upstreamtest.Duration(time.Second), Times: 1})
+	_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultWebSocketMaxAge, MaxAge: sim.Duration(time.Second), Times: 1})
 	require.NoError(t, err)
 	c := h.dialWS(sessionS, rootT)
 	typ, id1 := lastEvent(c.turn(responseRequest("one")))
@@ -214,8 +214,8 @@ func TestWebSocketConnectionLimitIsInvisible(t *testing.T) {
 	assert.Empty(t, last.PreviousResponseID, "the fresh lane got the full request")
 	assert.Equal(t, 4, last.InputCount)
 	handshakes := 0
-	for _, r := range h.sim.Records(upstreamtest.RecordFilter{}) {
-		if r.Kind == upstreamtest.RecordHandshake {
+	for _, r := range h.sim.Records(sim.RecordFilter{}) {
+		if r.Kind == sim.RecordHandshake {
 			handshakes++
 		}
 	}
@@ -227,7 +227,7 @@ func TestWebSocketConnectionLimitIsInvisible(t *testing.T) {
 // the session stops chaining. The client never sees the refusal.
 func TestWebSocketChainsOnAStatelessUpstream(t *testing.T) {
 	t.Parallel()
-	h := newHarnessSim(t, upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Stateless: true}, func(*harness, *relay.Config) {})
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{simAccount("a1", "org-a")}, Stateless: true}, func(*harness, *relay.Config) {})
 	c := h.dialWS(sessionS, rootT)
 	typ, id := lastEvent(c.turn(responseRequest("one")))
 	require.Equal(t, "response.completed", typ)

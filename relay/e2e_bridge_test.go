@@ -17,14 +17,14 @@ import (
 	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // bridgeTurns runs a conversation of the real Codex CLI over HTTP: a turn
 // with a tool call, then a resumed turn; between them, disturb does
 // something to the lane. It returns the sim's records of the thread.
-func bridgeTurns(t *testing.T, h *harness, disturb func(owner string)) []upstreamtest.Record {
+func bridgeTurns(t *testing.T, h *harness, disturb func(owner string)) []sim.Record {
 	t.Helper()
 	ctx := context.Background()
 	one := 1
@@ -53,7 +53,7 @@ func TestBridgeSendsOnlyNewItems(t *testing.T) {
 	require.GreaterOrEqual(t, len(recs), 3)
 	assert.Empty(t, recs[0].PreviousResponseID, "the first request goes in full")
 	for i, r := range recs {
-		assert.Equal(t, upstreamtest.TransportWS, r.Transport, "HTTP clients get WebSocket upstreams")
+		assert.Equal(t, sim.TransportWS, r.Transport, "HTTP clients get WebSocket upstreams")
 		assert.Equal(t, recs[0].ConnID, r.ConnID, "one lane serves the whole thread")
 		if i == 0 {
 			continue
@@ -94,7 +94,7 @@ func TestBridgeSurvivesLaneFailures(t *testing.T) {
 	t.Run("connection limit reached", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, simAccount("a1", "org-a"))
-		_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultWebSocketMaxAge, MaxAge: upstreamtest.Duration(time.Second), Times: 1})
+		_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultWebSocketMaxAge, MaxAge: sim.Duration(time.Second), Times: 1})
 		require.NoError(t, err)
 		recs := bridgeTurns(t, h, func(string) { time.Sleep(1500 * time.Millisecond) }) // past the lane's age
 		last := recs[len(recs)-1]
@@ -104,14 +104,14 @@ func TestBridgeSurvivesLaneFailures(t *testing.T) {
 	t.Run("upstream stalls after the first event", func(t *testing.T) {
 		t.Parallel()
 		h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.StreamIdleTimeout = time.Second }, simAccount("a1", "org-a"))
-		_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultStall, Events: 1, After: 2, Times: 1})
+		_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultStall, Events: 1, After: 2, Times: 1})
 		require.NoError(t, err)
 		start := time.Now()
 		recs := bridgeTurns(t, h, nil)
 		assert.Less(t, time.Since(start), time.Minute, "the stall was detected by the relay's deadline")
 		stalled := 0
 		for _, r := range recs {
-			if r.Outcome == upstreamtest.OutcomeStalled || r.Fault == upstreamtest.FaultStall {
+			if r.Outcome == sim.OutcomeStalled || r.Fault == sim.FaultStall {
 				stalled++
 			}
 		}
@@ -126,7 +126,7 @@ func TestBridgeSeparatesThreadsOfOneSession(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, simAccount("a1", "org-a"))
 	history := map[string][]any{}
-	turn := func(thread, text string) upstreamtest.Record {
+	turn := func(thread, text string) sim.Record {
 		history[thread] = append(history[thread], userMessage(text))
 		req := responseRequest("")
 		req["input"] = history[thread]
@@ -147,7 +147,7 @@ func TestBridgeSeparatesThreadsOfOneSession(t *testing.T) {
 	assert.Equal(t, c1.ConnID, c2.ConnID)
 	assert.Equal(t, r1.PromptCacheKey, c1.PromptCacheKey, "precondition: they share the prompt_cache_key")
 	assert.Empty(t, r2.PreviousResponseID, "the client's history differs from what the upstream produced: full request")
-	for _, r := range []upstreamtest.Record{r1, c1, r2, c2} {
+	for _, r := range []sim.Record{r1, c1, r2, c2} {
 		assert.NotContains(t, r.InputTypes, "function_call_output")
 	}
 	assert.Equal(t, 3, r2.InputCount, "root's history only: its turn, its answer, its new turn")
@@ -220,7 +220,7 @@ func TestBridgeMovesOffAnUnavailableAccount(t *testing.T) {
 	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
 	ctx := context.Background()
 	input := []any{userMessage("one")}
-	send := func() upstreamtest.Record {
+	send := func() sim.Record {
 		req := responseRequest("")
 		req["input"] = input
 		resp, body := h.post(sessionS, rootT, req, nil)
@@ -287,7 +287,7 @@ func TestBridgeStepsAsideForHTTPOnlyUpstreams(t *testing.T) {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, simAccount("a1", "org-a"))
-			_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultRefuseWebSocket, Status: status})
+			_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultRefuseWebSocket, Status: status})
 			require.NoError(t, err)
 			for i := range 2 {
 				resp, body := h.post(sessionS, rootT, responseRequest(fmt.Sprintf("turn %d", i)), nil)
@@ -296,7 +296,7 @@ func TestBridgeStepsAsideForHTTPOnlyUpstreams(t *testing.T) {
 			recs := h.responseRecords(rootT)
 			require.Len(t, recs, 2)
 			for _, r := range recs {
-				assert.Equal(t, upstreamtest.TransportHTTP, r.Transport)
+				assert.Equal(t, sim.TransportHTTP, r.Transport)
 			}
 		})
 	}
@@ -307,7 +307,7 @@ func TestBridgeStepsAsideForHTTPOnlyUpstreams(t *testing.T) {
 // chained again. The HTTP client never sees the refusal.
 func TestBridgeFallsBackToFullRequestsOnStatelessUpstreams(t *testing.T) {
 	t.Parallel()
-	h := newHarnessSim(t, upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Stateless: true}, func(*harness, *relay.Config) {})
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{simAccount("a1", "org-a")}, Stateless: true}, func(*harness, *relay.Config) {})
 	conv := &conversation{h: h, thread: rootT}
 	for i := range 3 {
 		resp, body := conv.turn(fmt.Sprintf("turn %d", i))

@@ -12,8 +12,8 @@ import (
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // The real Codex CLI through the relay, over HTTP and over WebSocket: a plain
@@ -24,11 +24,11 @@ func TestCodexThroughRelay(t *testing.T) {
 		name     string
 		ws       bool // Codex uses a WebSocket
 		noBridge bool // the relay serves HTTP clients over upstream HTTP
-		upstream upstreamtest.Transport
+		upstream sim.Transport
 	}{
-		{"http bridged", false, false, upstreamtest.TransportWS},
-		{"http without bridge", false, true, upstreamtest.TransportHTTP},
-		{"websocket", true, false, upstreamtest.TransportWS},
+		{"http bridged", false, false, sim.TransportWS},
+		{"http without bridge", false, true, sim.TransportHTTP},
+		{"websocket", true, false, sim.TransportWS},
 	} {
 		ws := tc.ws
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,7 +133,7 @@ func TestCodexResumeStaysOnItsAccount(t *testing.T) {
 func TestCodexWebSocketToAnHTTPOnlyUpstream(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, simAccount("a1", "org-a"))
-	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultRefuseWebSocket, Status: 404})
+	_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultRefuseWebSocket, Status: 404})
 	require.NoError(t, err)
 	ctx := context.Background()
 	codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: true, Key: "unused"})
@@ -149,7 +149,7 @@ func TestCodexWebSocketToAnHTTPOnlyUpstream(t *testing.T) {
 	recs := h.responseRecords(res.ThreadID)
 	require.GreaterOrEqual(t, len(recs), 3)
 	for _, r := range recs {
-		assert.Equal(t, upstreamtest.TransportHTTP, r.Transport)
+		assert.Equal(t, sim.TransportHTTP, r.Transport)
 		assert.Empty(t, r.PreviousResponseID, "full requests: an HTTP upstream holds no chain")
 		if r.Generate != nil {
 			assert.True(t, *r.Generate, "the prewarm never reached the upstream")
@@ -170,7 +170,7 @@ func TestCodexAgainstAStatelessUpstream(t *testing.T) {
 	for _, ws := range []bool{false, true} {
 		t.Run(map[bool]string{false: "http", true: "websocket"}[ws], func(t *testing.T) {
 			t.Parallel()
-			h := newHarnessSim(t, upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Stateless: true}, func(*harness, *relay.Config) {})
+			h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{simAccount("a1", "org-a")}, Stateless: true}, func(*harness, *relay.Config) {})
 			codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: ws, Key: "unused"})
 			res, err := codex.Exec(context.Background(), `run it [[sim:tool exec_command {"cmd":"echo stateless-ok"}]]`, codexcli.RunOptions{BypassSandbox: true})
 			require.NoError(t, err)

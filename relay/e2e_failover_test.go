@@ -14,8 +14,8 @@ import (
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // A usage limit before any work: the same request goes to the next account;
@@ -26,7 +26,7 @@ func TestCodexUsageLimitBeforeWorkFailsOver(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
 			h.setUsed("a2", 90) // the thread starts on a1
-			_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultUsageLimit, Account: "a1", Times: 1})
+			_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultUsageLimit, Account: "a1", Times: 1})
 			require.NoError(t, err)
 			codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: ws, Key: "unused"})
 			res, err := codex.Exec(context.Background(), "hello", codexcli.RunOptions{})
@@ -63,7 +63,7 @@ func TestCodexUsageLimitAfterOutputIsTerminal(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
 	h.setUsed("a2", 90)
-	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultUsageLimit, Account: "a1", InStream: true, Events: 5, Times: 1})
+	_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultUsageLimit, Account: "a1", InStream: true, Events: 5, Times: 1})
 	require.NoError(t, err)
 	zero := 0
 	codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: false, Key: "unused", RequestMaxRetries: &zero, StreamMaxRetries: &zero})
@@ -85,7 +85,7 @@ func TestRateLimitedAccountReturnsAfterItsReset(t *testing.T) {
 	h := newHarness(t, simAccount("a1", "org-a"))
 	// resets_at travels in whole seconds, so the rest may end up to a
 	// second before the sim's own reset: leave room on both sides.
-	_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultUsageLimit, Account: "a1", Times: 1, ResetsIn: upstreamtest.Duration(3 * time.Second)})
+	_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultUsageLimit, Account: "a1", Times: 1, ResetsIn: sim.Duration(3 * time.Second)})
 	require.NoError(t, err)
 	resp, body := h.post(sessionS, rootT, responseRequest("one"), nil)
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
@@ -115,7 +115,7 @@ func TestInFlightCountsARequestWhileItRuns(t *testing.T) {
 		t.Run(map[bool]string{true: "bridge", false: "http"}[bridged], func(t *testing.T) {
 			t.Parallel()
 			h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.DisableBridge = !bridged }, simAccount("a1", "org-a"))
-			_, err := h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultStall, Events: 1, Times: 1})
+			_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultStall, Events: 1, Times: 1})
 			require.NoError(t, err)
 			body, err := json.Marshal(responseRequest("stall"))
 			require.NoError(t, err)

@@ -10,15 +10,15 @@ import (
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // An exhausted pool fails over once to the fallback group, with the fallback
 // model and a notice; while the pool has room, the fallback is never used.
 func TestFallbackTakesAnExhaustedPoolsRequest(t *testing.T) {
 	t.Parallel()
-	fb := upstreamtest.Account{ID: "f1", Kind: upstreamtest.KindOpenAI, AccessToken: "sk-f1", Organization: "org-f"}
+	fb := sim.Account{ID: "f1", Kind: sim.KindOpenAI, AccessToken: "sk-f1", Organization: "org-f"}
 	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.FallbackModel = "gpt-5.4-mini" }, simAccount("a1", "org-a"), fb)
 	ctx := context.Background()
 	tags := []string{relay.FallbackTag}
@@ -30,7 +30,7 @@ func TestFallbackTakesAnExhaustedPoolsRequest(t *testing.T) {
 	assert.Equal(t, "a1", h.responseRecords(rootT)[0].Account, "the fallback is not part of the pool")
 	assert.Empty(t, resp.Header.Get(relay.FallbackHeader))
 
-	_, err = h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultUsageLimit, Account: "a1"})
+	_, err = h.sim.AddFault(sim.Fault{Kind: sim.FaultUsageLimit, Account: "a1"})
 	require.NoError(t, err)
 	codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: false, Key: "unused"})
 	res, err := codex.Exec(ctx, "the pool is exhausted", codexcli.RunOptions{})
@@ -63,7 +63,7 @@ func TestFallbackTakesAnExhaustedPoolsRequest(t *testing.T) {
 	assert.GreaterOrEqual(t, len(atts), 2, "each fallback is a diagnostic")
 
 	// The fallback failing too does not fall back again: the client gets an answer.
-	_, err = h.sim.AddFault(upstreamtest.Fault{Kind: upstreamtest.FaultServerError, Account: "f1", Status: 503})
+	_, err = h.sim.AddFault(sim.Fault{Kind: sim.FaultServerError, Account: "f1", Status: 503})
 	require.NoError(t, err)
 	before := len(h.responseRecords(""))
 	resp, _ = h.post(sessionS, "019a6666-0000-7000-8000-000000000001", responseRequest("third"), nil)

@@ -17,9 +17,9 @@ import (
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // replica is one relay process of several sharing a PostgreSQL database.
@@ -68,15 +68,15 @@ func startReplicaOn(t *testing.T, dbURL, name string, elsewhere bool) *replica {
 
 // replicaDatabase is a fresh PostgreSQL database with one account of a
 // fresh sim in it, for replicas to share.
-func replicaDatabase(t *testing.T) (string, *upstreamtest.Server, *store.Store) {
+func replicaDatabase(t *testing.T) (string, *sim.Server, *store.Store) {
 	dbURL := storetest.PostgresURL(t)
-	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: []upstreamtest.Account{simAccount("a1", "org-a")}, Logger: testLogger(t)})
-	t.Cleanup(sim.Close)
+	upstream := sim.NewServer(sim.Config{Accounts: []sim.Account{simAccount("a1", "org-a")}, Logger: testLogger(t)})
+	t.Cleanup(upstream.Close)
 	setup := storetest.Open(t, dbURL, store.Options{})
-	_, err := setup.CreateAccount(context.Background(), store.Account{Kind: store.KindChatGPT, Label: "a1", BaseURL: sim.CodexBaseURL(), ChatGPTAccountID: "a1"},
+	_, err := setup.CreateAccount(context.Background(), store.Account{Kind: store.KindChatGPT, Label: "a1", BaseURL: upstream.CodexBaseURL(), ChatGPTAccountID: "a1"},
 		store.Credentials{AccessToken: "at-a1", RefreshToken: "rt-a1"})
 	require.NoError(t, err)
-	return dbURL, sim, setup
+	return dbURL, upstream, setup
 }
 
 // roundRobin is a load balancer that sends each request to the next
@@ -101,10 +101,10 @@ func roundRobin(t *testing.T, replicas ...*replica) *httptest.Server {
 // and drops its continuity there, and a stopped replica's lanes leave the
 // listing.
 func TestReplicasShareLanesAndResets(t *testing.T) {
-	dbURL, sim, setup := replicaDatabase(t)
+	dbURL, upstream, setup := replicaDatabase(t)
 
 	a, b := startReplica(t, dbURL, "replica-a"), startReplica(t, dbURL, "replica-b")
-	h := &harness{t: t, sim: sim, store: setup, relay: b.relay, srv: b.srv}
+	h := &harness{t: t, sim: upstream, store: setup, relay: b.relay, srv: b.srv}
 	resp, body := h.post(sessionS, rootT, responseRequest("on replica b"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	require.Equal(t, 1, b.relay.Bridge().Len(), "replica b holds the thread's bridge lane")
@@ -155,7 +155,7 @@ func TestReplicasShareLanesAndResets(t *testing.T) {
 // the whole thread with deltas, and when that replica stops the other
 // takes the thread over.
 func TestCodexAcrossReplicasBehindALoadBalancer(t *testing.T) {
-	dbURL, sim, setup := replicaDatabase(t)
+	dbURL, upstream, setup := replicaDatabase(t)
 	a, b := startReplica(t, dbURL, "replica-a"), startReplica(t, dbURL, "replica-b")
 	require.Eventually(t, func() bool { return len(a.relay.Lanes()) == 0 && replicasSee(t, setup) == 2 }, 10*time.Second, 20*time.Millisecond)
 	lb := roundRobin(t, a, b)
@@ -173,7 +173,7 @@ func TestCodexAcrossReplicasBehindALoadBalancer(t *testing.T) {
 	assert.Positive(t, a.served.Load(), "the balancer used replica a")
 	assert.Positive(t, b.served.Load(), "and replica b")
 	assert.Equal(t, 1, a.relay.Bridge().Len()+b.relay.Bridge().Len(), "one lane for the thread, on one replica")
-	recs := h0(t, sim).responseRecords(res.ThreadID)
+	recs := h0(t, upstream).responseRecords(res.ThreadID)
 	require.GreaterOrEqual(t, len(recs), 3)
 	for _, r := range recs[1:] {
 		assert.Equal(t, recs[0].ConnID, r.ConnID, "every request went over the holder's lane")
@@ -205,15 +205,15 @@ func replicasSee(t *testing.T, st *store.Store) int {
 }
 
 // h0 wraps a sim for its record helpers.
-func h0(t *testing.T, sim *upstreamtest.Server) *harness { return &harness{t: t, sim: sim} }
+func h0(t *testing.T, upstream *sim.Server) *harness { return &harness{t: t, sim: upstream} }
 
 // When a replica's announcement connection drops and comes back, it may
 // have missed a reset: it closes its idle lanes rather than keep a thread
 // on an account it was reset from.
 func TestReplicaDropsLanesAfterALostAnnouncementConnection(t *testing.T) {
-	dbURL, sim, setup := replicaDatabase(t)
+	dbURL, upstream, setup := replicaDatabase(t)
 	b := startReplica(t, dbURL, "replica-b")
-	h := &harness{t: t, sim: sim, store: setup, relay: b.relay, srv: b.srv}
+	h := &harness{t: t, sim: upstream, store: setup, relay: b.relay, srv: b.srv}
 	resp, body := h.post(sessionS, rootT, responseRequest("a lane on b"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	require.Equal(t, 1, b.relay.Bridge().Len())
@@ -238,7 +238,7 @@ func TestReplicaDropsLanesAfterALostAnnouncementConnection(t *testing.T) {
 // host, and is admitted there on the strength of its verified hop. A
 // request without one, or with a forged one, is still refused.
 func TestForwardedKeylessRequestIsAdmitted(t *testing.T) {
-	dbURL, sim, setup := replicaDatabase(t)
+	dbURL, upstream, setup := replicaDatabase(t)
 	a := startReplica(t, dbURL, "replica-a")
 	b := startReplicaOn(t, dbURL, "replica-b", true)
 	require.Eventually(t, func() bool { return replicasSee(t, setup) == 2 }, 10*time.Second, 20*time.Millisecond, "both registered")
@@ -249,13 +249,13 @@ func TestForwardedKeylessRequestIsAdmitted(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b.relay.ReplicaID(), lease.ReplicaID, "replica b holds the thread")
 
-	viaA := &harness{t: t, sim: sim, store: setup, relay: a.relay, srv: a.srv}
+	viaA := &harness{t: t, sim: upstream, store: setup, relay: a.relay, srv: a.srv}
 	resp, body := viaA.post(sessionS, rootT, responseRequest("forwarded to b"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	assert.Equal(t, 1, b.relay.Bridge().Len(), "served on replica b")
 	assert.Equal(t, 0, a.relay.Bridge().Len())
 
-	viaB := &harness{t: t, sim: sim, store: setup, relay: b.relay, srv: b.srv}
+	viaB := &harness{t: t, sim: upstream, store: setup, relay: b.relay, srv: b.srv}
 	resp, _ = viaB.post(sessionS, rootT, responseRequest("straight to b"), nil)
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a keyless client from another host is refused")
 	resp, _ = viaB.post(sessionS, rootT, responseRequest("forged"), http.Header{relay.HeaderHop: {"rep_x.1.00"}})
@@ -289,7 +289,7 @@ func TestCodexWebSocketAcrossReplicas(t *testing.T) {
 // A holder that is alive by its heartbeat but cannot be reached: the
 // request is served where it landed, and the client never notices.
 func TestUnreachableHolderIsServedAround(t *testing.T) {
-	dbURL, sim, setup := replicaDatabase(t)
+	dbURL, upstream, setup := replicaDatabase(t)
 	a := startReplica(t, dbURL, "replica-a")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -314,7 +314,7 @@ func TestUnreachableHolderIsServedAround(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "rep_ghost", lease.ReplicaID)
 
-	h := &harness{t: t, sim: sim, store: setup, relay: a.relay, srv: a.srv}
+	h := &harness{t: t, sim: upstream, store: setup, relay: a.relay, srv: a.srv}
 	resp, body := h.post(sessionS, rootT, responseRequest("the holder is unreachable"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	assert.Contains(t, body, "response.completed")

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // Operators see live lanes; resetting a thread's bindings drops its
@@ -51,8 +51,8 @@ func TestLanesAndReset(t *testing.T) {
 	typ, _ = lastEvent(c.turn(responseRequest("full resend")))
 	require.Equal(t, "response.completed", typ)
 	handshakes := 0
-	for _, r := range h.sim.Records(upstreamtest.RecordFilter{}) {
-		if r.Kind == upstreamtest.RecordHandshake {
+	for _, r := range h.sim.Records(sim.RecordFilter{}) {
+		if r.Kind == sim.RecordHandshake {
 			handshakes++
 		}
 	}

@@ -17,16 +17,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // harness is a relay on a real SQLite store in front of the simulated
 // upstream, served on loopback.
 type harness struct {
 	t     *testing.T
-	sim   *upstreamtest.Server
+	sim   *sim.Server
 	store *store.Store
 	relay *relay.Server
 	srv   *httptest.Server
@@ -35,36 +35,36 @@ type harness struct {
 }
 
 // simAccount is a ChatGPT account of the sim in organisation org.
-func simAccount(id, org string) upstreamtest.Account {
-	return upstreamtest.Account{ID: id, AccessToken: "at-" + id, RefreshToken: "rt-" + id, Organization: org}
+func simAccount(id, org string) sim.Account {
+	return sim.Account{ID: id, AccessToken: "at-" + id, RefreshToken: "rt-" + id, Organization: org}
 }
 
-func newHarness(t *testing.T, accounts ...upstreamtest.Account) *harness {
+func newHarness(t *testing.T, accounts ...sim.Account) *harness {
 	t.Helper()
 	return newHarnessWith(t, func(*harness, *relay.Config) {}, accounts...)
 }
 
 // newHarnessWith is newHarness with the relay's configuration adjusted.
-func newHarnessWith(t *testing.T, adjust func(*harness, *relay.Config), accounts ...upstreamtest.Account) *harness {
+func newHarnessWith(t *testing.T, adjust func(*harness, *relay.Config), accounts ...sim.Account) *harness {
 	t.Helper()
-	return newHarnessSim(t, upstreamtest.Config{Accounts: accounts, Logger: testLogger(t)}, adjust)
+	return newHarnessSim(t, sim.Config{Accounts: accounts, Logger: testLogger(t)}, adjust)
 }
 
 // newHarnessSim is newHarnessWith with the sim's configuration given whole.
-func newHarnessSim(t *testing.T, simCfg upstreamtest.Config, adjust func(*harness, *relay.Config)) *harness {
+func newHarnessSim(t *testing.T, simCfg sim.Config, adjust func(*harness, *relay.Config)) *harness {
 	t.Helper()
 	accounts := simCfg.Accounts
-	sim := upstreamtest.NewServer(simCfg)
-	t.Cleanup(sim.Close)
+	upstream := sim.NewServer(simCfg)
+	t.Cleanup(upstream.Close)
 	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
-	h := &harness{t: t, sim: sim, store: st, ids: map[string]string{}}
+	h := &harness{t: t, sim: upstream, store: st, ids: map[string]string{}}
 	for _, a := range accounts {
 		acc := store.Account{Label: a.ID, Organization: a.Organization}
 		cred := store.Credentials{}
-		if a.Kind == upstreamtest.KindOpenAI {
-			acc.Kind, acc.BaseURL, cred.APIKey = store.KindOpenAI, sim.OpenAIBaseURL(), a.AccessToken
+		if a.Kind == sim.KindOpenAI {
+			acc.Kind, acc.BaseURL, cred.APIKey = store.KindOpenAI, upstream.OpenAIBaseURL(), a.AccessToken
 		} else {
-			acc.Kind, acc.BaseURL = store.KindChatGPT, sim.CodexBaseURL()
+			acc.Kind, acc.BaseURL = store.KindChatGPT, upstream.CodexBaseURL()
 			acc.ChatGPTAccountID = cmp.Or(a.ChatGPTAccountID, a.ID)
 			cred.AccessToken, cred.RefreshToken = a.AccessToken, a.RefreshToken
 		}
@@ -143,10 +143,10 @@ func completedID(t *testing.T, sse string) string {
 }
 
 // responseRecords are the sim's records of response requests, optionally of one thread.
-func (h *harness) responseRecords(thread string) []upstreamtest.Record {
-	var out []upstreamtest.Record
-	for _, r := range h.sim.Records(upstreamtest.RecordFilter{}) {
-		if r.Kind == upstreamtest.RecordHandshake || r.Route != upstreamtest.RouteResponses {
+func (h *harness) responseRecords(thread string) []sim.Record {
+	var out []sim.Record
+	for _, r := range h.sim.Records(sim.RecordFilter{}) {
+		if r.Kind == sim.RecordHandshake || r.Route != sim.RouteResponses {
 			continue
 		}
 		if thread != "" && r.ThreadID != thread {

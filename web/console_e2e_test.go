@@ -17,9 +17,9 @@ import (
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 	"github.com/codexrelay/codex-relay/web"
 )
 
@@ -64,17 +64,17 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// The first request meets a usage limit and fails over, so the pages
 	// have a switch, a limited account and usage windows to show.
-	window := func(pct float64) upstreamtest.Window { return upstreamtest.Window{UsedPercent: pct} }
-	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: []upstreamtest.Account{
+	window := func(pct float64) sim.Window { return sim.Window{UsedPercent: pct} }
+	upstream := sim.NewServer(sim.Config{Accounts: []sim.Account{
 		{ID: "a1", AccessToken: "at-a1", RefreshToken: "rt-a1", Organization: "org-a", Primary: window(35), Secondary: window(62), UsagePerRequest: 1},
 		{ID: "a2", AccessToken: "at-a2", RefreshToken: "rt-a2", Organization: "org-a", Primary: window(12), Secondary: window(91), UsagePerRequest: 1},
 		{ID: "b1", AccessToken: "at-b1", RefreshToken: "rt-b1", Organization: "org-b", Primary: window(71), Secondary: window(20), UsagePerRequest: 1},
-	}, Faults: []upstreamtest.Fault{{Kind: upstreamtest.FaultUsageLimit, Times: 1, ResetsIn: upstreamtest.Duration(time.Hour)}}})
-	t.Cleanup(sim.Close)
+	}, Faults: []sim.Fault{{Kind: sim.FaultUsageLimit, Times: 1, ResetsIn: sim.Duration(time.Hour)}}})
+	t.Cleanup(upstream.Close)
 	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
 	ctx := context.Background()
-	for _, a := range sim.Accounts() {
-		_, err := st.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: a.Account.ID, BaseURL: sim.CodexBaseURL(),
+	for _, a := range upstream.Accounts() {
+		_, err := st.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: a.Account.ID, BaseURL: upstream.CodexBaseURL(),
 			ChatGPTAccountID: a.Account.ID, Organization: a.Account.Organization},
 			store.Credentials{AccessToken: a.Account.AccessToken, RefreshToken: a.Account.RefreshToken})
 		require.NoError(t, err)

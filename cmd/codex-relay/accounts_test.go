@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 	"github.com/codexrelay/codex-relay/web"
 )
 
@@ -285,17 +285,17 @@ func TestAccountsAddChatGPT(t *testing.T) {
 func TestAccountsLogin(t *testing.T) {
 	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
 	url := adminAPI(t, s)
-	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: []upstreamtest.Account{
-		{ID: "alice", Kind: upstreamtest.KindChatGPT, AccessToken: "at-alice", RefreshToken: "rt-alice", ChatGPTAccountID: "cg-alice", Email: "alice@example.com", Organization: "org-a"},
+	upstream := sim.NewServer(sim.Config{Accounts: []sim.Account{
+		{ID: "alice", Kind: sim.KindChatGPT, AccessToken: "at-alice", RefreshToken: "rt-alice", ChatGPTAccountID: "cg-alice", Email: "alice@example.com", Organization: "org-a"},
 	}})
-	defer sim.Close()
-	require.NoError(t, sim.SetDeviceLogin(0, 0))
-	env := adminEnv("CODEX_RELAY_URL", url, "CODEX_RELAY_AUTH_URL", sim.URL)
+	defer upstream.Close()
+	require.NoError(t, upstream.SetDeviceLogin(0, 0))
+	env := adminEnv("CODEX_RELAY_URL", url, "CODEX_RELAY_AUTH_URL", upstream.URL)
 
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(context.Background(), []string{"accounts", "login", "-base-url", sim.CodexBaseURL(), "-tags", "team"},
+		done <- run(context.Background(), []string{"accounts", "login", "-base-url", upstream.CodexBaseURL(), "-tags", "team"},
 			cli{stdout: &out, stderr: &errOut, getenv: func(k string) string { return env[k] }})
 	}()
 	codeRE := regexp.MustCompile(`Enter the code ([A-Z0-9]{4}-[A-Z0-9]{4})`)
@@ -307,8 +307,8 @@ func TestAccountsLogin(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 10*time.Millisecond, "the command shows a code: %s", out.String())
-	assert.Contains(t, out.String(), "Open "+sim.URL+"/codex/device")
-	resp, err := http.Post(sim.ControlURL()+"/deviceauth/approve", "application/json",
+	assert.Contains(t, out.String(), "Open "+upstream.URL+"/codex/device")
+	resp, err := http.Post(upstream.ControlURL()+"/deviceauth/approve", "application/json",
 		strings.NewReader(`{"user_code":"`+code+`","account":"alice"}`))
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -325,11 +325,11 @@ func TestAccountsLogin(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, accts, 1)
 	assert.Equal(t, "cg-alice", accts[0].ChatGPTAccountID)
-	assert.Equal(t, sim.CodexBaseURL(), accts[0].BaseURL)
+	assert.Equal(t, upstream.CodexBaseURL(), accts[0].BaseURL)
 	assert.Equal(t, []string{"team"}, accts[0].Tags)
 	cred, err := s.Credentials(context.Background(), accts[0].ID)
 	require.NoError(t, err)
-	st, _ := sim.Account("alice")
+	st, _ := upstream.Account("alice")
 	assert.Equal(t, st.RefreshToken, cred.RefreshToken, "the login's tokens are stored")
 	assert.NotContains(t, out.String(), cred.RefreshToken)
 

@@ -25,8 +25,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
@@ -202,12 +202,12 @@ func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchR
 	}
 	stops = append(stops, func() { os.RemoveAll(dir) })
 
-	var simAccounts []upstreamtest.Account
+	var simAccounts []sim.Account
 	for i := range o.accounts {
 		id := fmt.Sprintf("bench-%d", i+1)
-		simAccounts = append(simAccounts, upstreamtest.Account{ID: id, AccessToken: "at-" + id, RefreshToken: "rt-" + id, Organization: "org-bench"})
+		simAccounts = append(simAccounts, sim.Account{ID: id, AccessToken: "at-" + id, RefreshToken: "rt-" + id, Organization: "org-bench"})
 	}
-	sim, stopSim, err := startSim(upstreamtest.Config{Accounts: simAccounts, MaxRecords: 100, Logger: log.With("component", "sim")}, "127.0.0.1:0", log)
+	upstream, stopSim, err := startSim(sim.Config{Accounts: simAccounts, MaxRecords: 100, Logger: log.With("component", "sim")}, "127.0.0.1:0", log)
 	if err != nil {
 		return rep, fmt.Errorf("bench: %w", err)
 	}
@@ -226,7 +226,7 @@ func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchR
 	}
 	rep.Database = string(st.Dialect())
 	for _, a := range simAccounts {
-		if _, err := st.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: a.ID, BaseURL: sim.CodexBaseURL(),
+		if _, err := st.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: a.ID, BaseURL: upstream.CodexBaseURL(),
 			ChatGPTAccountID: a.ID, Organization: a.Organization}, store.Credentials{AccessToken: a.AccessToken, RefreshToken: a.RefreshToken}); err != nil {
 			return rep, err
 		}
@@ -261,7 +261,7 @@ func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchR
 
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: o.conversations + 8}}
 	stops = append(stops, client.CloseIdleConnections)
-	direct := benchTarget{name: "direct", base: sim.CodexBaseURL(), header: func(conv int) http.Header {
+	direct := benchTarget{name: "direct", base: upstream.CodexBaseURL(), header: func(conv int) http.Header {
 		a := simAccounts[conv%len(simAccounts)]
 		return http.Header{"Authorization": {"Bearer " + a.AccessToken}, "Chatgpt-Account-Id": {a.ID}}
 	}}

@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 const demoPurpose = `Run the relay in front of the simulated upstream, ready for Codex: three accounts
@@ -38,7 +38,7 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 		return err
 	}
 
-	sim, stopSim, err := startSim(upstreamtest.Config{Accounts: demoSimAccounts(), Logger: log.With("component", "sim")}, *simAddr, log)
+	upstream, stopSim, err := startSim(sim.Config{Accounts: demoSimAccounts(), Logger: log.With("component", "sim")}, *simAddr, log)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -59,36 +59,36 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 		return err
 	}
 	defer st.Close()
-	if err := addDemoAccounts(ctx, st, sim); err != nil {
+	if err := addDemoAccounts(ctx, st, upstream); err != nil {
 		return err
 	}
 	_, key, err := st.CreateClientKey(ctx, store.ClientKey{Name: "demo"})
 	if err != nil {
 		return err
 	}
-	return serveRelay(ctx, c, st, adminHash, *addr, 5*time.Second, log, relayOptions{tokenURL: sim.TokenURL(), secret: secret}, func(a string) {
-		printDemoBanner(c, a, key, sim.URL, st.Location().String())
+	return serveRelay(ctx, c, st, adminHash, *addr, 5*time.Second, log, relayOptions{tokenURL: upstream.TokenURL(), secret: secret}, func(a string) {
+		printDemoBanner(c, a, key, upstream.URL, st.Location().String())
 	})
 }
 
 // startSim serves a simulated upstream on addr (port 0 picks a free one);
 // stop closes its connections and shuts its server down.
-func startSim(cfg upstreamtest.Config, addr string, log *slog.Logger) (sim *upstreamtest.Server, stop func(), err error) {
-	sim, err = upstreamtest.New(cfg)
+func startSim(cfg sim.Config, addr string, log *slog.Logger) (upstream *sim.Server, stop func(), err error) {
+	upstream, err = sim.New(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sim: %w", err)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		sim.Close()
+		upstream.Close()
 		return nil, nil, fmt.Errorf("sim listen: %w", err)
 	}
-	sim.URL = "http://" + ln.Addr().String()
-	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
+	upstream.URL = "http://" + ln.Addr().String()
+	srv := &http.Server{Handler: upstream, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
-	return sim, func() {
-		sim.Close()
+	return upstream, func() {
+		upstream.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
@@ -100,7 +100,7 @@ func startSim(cfg upstreamtest.Config, addr string, log *slog.Logger) (sim *upst
 
 // addDemoAccounts registers the sim's accounts with the relay (once: a
 // database kept with -keep already has them).
-func addDemoAccounts(ctx context.Context, st *store.Store, sim *upstreamtest.Server) error {
+func addDemoAccounts(ctx context.Context, st *store.Store, upstream *sim.Server) error {
 	existing, err := st.Accounts(ctx)
 	if err != nil {
 		return err
@@ -109,17 +109,17 @@ func addDemoAccounts(ctx context.Context, st *store.Store, sim *upstreamtest.Ser
 	for _, a := range existing {
 		have[a.Label] = true
 	}
-	for _, sa := range sim.Accounts() {
+	for _, sa := range upstream.Accounts() {
 		a := sa.Account
 		if have[a.Label] {
 			continue
 		}
 		acc := store.Account{Label: a.Label, Organization: a.Organization, Email: a.Email, PlanType: a.PlanType}
 		var cred store.Credentials
-		if a.Kind == upstreamtest.KindOpenAI {
-			acc.Kind, acc.BaseURL, cred.APIKey = store.KindOpenAI, sim.OpenAIBaseURL(), a.AccessToken
+		if a.Kind == sim.KindOpenAI {
+			acc.Kind, acc.BaseURL, cred.APIKey = store.KindOpenAI, upstream.OpenAIBaseURL(), a.AccessToken
 		} else {
-			acc.Kind, acc.BaseURL, acc.ChatGPTAccountID = store.KindChatGPT, sim.CodexBaseURL(), a.ChatGPTAccountID
+			acc.Kind, acc.BaseURL, acc.ChatGPTAccountID = store.KindChatGPT, upstream.CodexBaseURL(), a.ChatGPTAccountID
 			cred.AccessToken, cred.RefreshToken = a.AccessToken, a.RefreshToken
 		}
 		if _, err := st.CreateAccount(ctx, acc, cred); err != nil {

@@ -24,9 +24,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // syncBuffer is a bytes.Buffer safe to write from the command and read from the test.
@@ -297,8 +297,8 @@ func TestConsoleSessionSurvivesRestart(t *testing.T) {
 // thread's lane forwards to the one that does, so a single upstream lane
 // carries the thread with deltas. Both stop cleanly on SIGTERM.
 func TestTwoReplicaProcessesShareAThread(t *testing.T) {
-	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: []upstreamtest.Account{{ID: "k1", Kind: upstreamtest.KindOpenAI, AccessToken: "sk-sim-k1"}}})
-	t.Cleanup(sim.Close)
+	upstream := sim.NewServer(sim.Config{Accounts: []sim.Account{{ID: "k1", Kind: sim.KindOpenAI, AccessToken: "sk-sim-k1"}}})
+	t.Cleanup(upstream.Close)
 	pg := storetest.PostgresURL(t)
 	bin := buildBinary(t)
 	const token = "admin-token-of-both"
@@ -306,7 +306,7 @@ func TestTwoReplicaProcessesShareAThread(t *testing.T) {
 		"CODEX_RELAY_ADMIN_TOKEN=" + token, "CODEX_RELAY_LOG_LEVEL=info", "CODEX_RELAY_ADDR=127.0.0.1:0"}
 	a := startProcess(t, bin, env)
 	b := startProcess(t, bin, env)
-	code, _, raw := request(t, "POST", a.url+"/api/v1/accounts", token, map[string]any{"label": "k1", "kind": "openai", "base_url": sim.OpenAIBaseURL(), "api_key": "sk-sim-k1"})
+	code, _, raw := request(t, "POST", a.url+"/api/v1/accounts", token, map[string]any{"label": "k1", "kind": "openai", "base_url": upstream.OpenAIBaseURL(), "api_key": "sk-sim-k1"})
 	require.Equal(t, 201, code, raw)
 	code, key, raw := request(t, "POST", b.url+"/api/v1/keys", token, map[string]any{"name": "codex"})
 	require.Equal(t, 201, code, raw)
@@ -338,7 +338,7 @@ func TestTwoReplicaProcessesShareAThread(t *testing.T) {
 		require.NoError(t, json.Unmarshal(m[1], &done))
 		history = append(history, done.Response.Output...)
 	}
-	recs := sim.Requests(upstreamtest.RecordFilter{})
+	recs := upstream.Requests(sim.RecordFilter{})
 	require.Len(t, recs, 4)
 	for i, r := range recs {
 		assert.Equal(t, recs[0].ConnID, r.ConnID, "turn %d on the one lane", i)

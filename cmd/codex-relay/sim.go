@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
+	"github.com/codexrelay/codex-relay/relay/sim"
 )
 
 const simPurpose = `Run the simulated upstream: the ChatGPT Codex backend (/backend-api/codex/...,
@@ -20,7 +20,7 @@ Accounts come from -accounts-file and/or -account flags; with none, three demo
 accounts are served. Faults can be installed at start with -fault, and at run
 time through the control API under /_sim/ (accounts, faults, records, reset).
 The model is scripted by [[sim:...]] directives in the last user message
-(tool, words, events, delay, gap, seal): see the relay/upstreamtest package.
+(tool, words, events, delay, gap, seal): see the relay/sim package.
 
 Account spec keys (comma-separated key=value):
   id, label, kind (chatgpt|openai), token, refresh, account-id, org, email, plan,
@@ -77,11 +77,11 @@ func runSim(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	sim, stop, err := startSim(cfg, o.addr, slog.New(slog.NewTextHandler(c.stderr, nil)))
+	upstream, stop, err := startSim(cfg, o.addr, slog.New(slog.NewTextHandler(c.stderr, nil)))
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	printSimBanner(c.stdout, sim)
+	printSimBanner(c.stdout, upstream)
 	<-ctx.Done()
 	stop() // closes the sim first: stalled streams and WebSockets end, then the server shuts down
 	fmt.Fprintln(c.stdout, "sim: stopped")
@@ -89,17 +89,17 @@ func runSim(ctx context.Context, c cli, args []string) error {
 }
 
 // config turns the options into the sim's configuration.
-func (o simOptions) config() (upstreamtest.Config, error) {
-	var cfg upstreamtest.Config
+func (o simOptions) config() (sim.Config, error) {
+	var cfg sim.Config
 	if o.accountsFile != "" {
-		cf, err := upstreamtest.LoadConfigFile(o.accountsFile)
+		cf, err := sim.LoadConfigFile(o.accountsFile)
 		if err != nil {
 			return cfg, err
 		}
 		cfg.Accounts, cfg.Faults = cf.Accounts, cf.Faults
 	}
 	for _, spec := range o.accounts {
-		a, err := upstreamtest.ParseAccountSpec(spec)
+		a, err := sim.ParseAccountSpec(spec)
 		if err != nil {
 			return cfg, err
 		}
@@ -109,7 +109,7 @@ func (o simOptions) config() (upstreamtest.Config, error) {
 		cfg.Accounts = demoSimAccounts()
 	}
 	for _, spec := range o.faults {
-		f, err := upstreamtest.ParseFaultSpec(spec)
+		f, err := sim.ParseFaultSpec(spec)
 		if err != nil {
 			return cfg, err
 		}
@@ -129,33 +129,33 @@ func (o simOptions) config() (upstreamtest.Config, error) {
 
 // demoSimAccounts are served when no account is configured: two ChatGPT
 // accounts in different organisations and an API key sharing the first's.
-func demoSimAccounts() []upstreamtest.Account {
-	return []upstreamtest.Account{
-		{ID: "alice", Label: "Alice (ChatGPT Plus)", Kind: upstreamtest.KindChatGPT, Organization: "org-a",
+func demoSimAccounts() []sim.Account {
+	return []sim.Account{
+		{ID: "alice", Label: "Alice (ChatGPT Plus)", Kind: sim.KindChatGPT, Organization: "org-a",
 			AccessToken: "sim-at-alice", RefreshToken: "sim-rt-alice", ChatGPTAccountID: "acct-alice"},
-		{ID: "bob", Label: "Bob (ChatGPT Pro)", Kind: upstreamtest.KindChatGPT, Organization: "org-b", PlanType: "pro",
+		{ID: "bob", Label: "Bob (ChatGPT Pro)", Kind: sim.KindChatGPT, Organization: "org-b", PlanType: "pro",
 			AccessToken: "sim-at-bob", RefreshToken: "sim-rt-bob", ChatGPTAccountID: "acct-bob"},
-		{ID: "carol", Label: "Carol (API key)", Kind: upstreamtest.KindOpenAI, Organization: "org-a",
+		{ID: "carol", Label: "Carol (API key)", Kind: sim.KindOpenAI, Organization: "org-a",
 			AccessToken: "sk-sim-carol"},
 	}
 }
 
-func printSimBanner(w io.Writer, sim *upstreamtest.Server) {
-	fmt.Fprintf(w, "codex-relay sim listening on %s\n", sim.URL)
-	fmt.Fprintf(w, "  ChatGPT Codex backend  %s   (usage %s)\n", sim.CodexBaseURL(), sim.UsageURL())
-	fmt.Fprintf(w, "  OpenAI Responses API   %s\n", sim.OpenAIBaseURL())
-	fmt.Fprintf(w, "  OAuth token endpoint   %s\n", sim.TokenURL())
-	fmt.Fprintf(w, "  control API            %s/\n", sim.ControlURL())
+func printSimBanner(w io.Writer, upstream *sim.Server) {
+	fmt.Fprintf(w, "codex-relay sim listening on %s\n", upstream.URL)
+	fmt.Fprintf(w, "  ChatGPT Codex backend  %s   (usage %s)\n", upstream.CodexBaseURL(), upstream.UsageURL())
+	fmt.Fprintf(w, "  OpenAI Responses API   %s\n", upstream.OpenAIBaseURL())
+	fmt.Fprintf(w, "  OAuth token endpoint   %s\n", upstream.TokenURL())
+	fmt.Fprintf(w, "  control API            %s/\n", upstream.ControlURL())
 	fmt.Fprintln(w, "accounts:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ID\tKIND\tORGANISATION\tACCESS TOKEN\tREFRESH TOKEN\tCHATGPT-ACCOUNT-ID\tLABEL")
-	for _, st := range sim.Accounts() {
+	for _, st := range upstream.Accounts() {
 		a := st.Account
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Kind, a.Organization, a.AccessToken,
 			orDash(a.RefreshToken), orDash(a.ChatGPTAccountID), a.Label)
 	}
 	_ = tw.Flush()
-	if faults := sim.Faults(); len(faults) > 0 {
+	if faults := upstream.Faults(); len(faults) > 0 {
 		fmt.Fprintln(w, "faults:")
 		for _, f := range faults {
 			fmt.Fprintf(w, "  #%d %s account=%s after=%d times=%d\n", f.ID, f.Kind, orDash(f.Account), f.After, f.Times)

@@ -16,18 +16,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/relay/oauth"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
+	"github.com/codexrelay/codex-relay/relay/sim"
 )
 
 // approveLater approves the login shown to the user after a few pending
 // polls, through the sim's control API over HTTP, as a person at a browser
 // would.
-func approveLater(t *testing.T, hc *http.Client, sim *upstreamtest.Server, account string, codes <-chan oauth.DeviceCode, done *sync.WaitGroup) {
+func approveLater(t *testing.T, hc *http.Client, upstream *sim.Server, account string, codes <-chan oauth.DeviceCode, done *sync.WaitGroup) {
 	done.Go(func() {
 		dc := <-codes
 		time.Sleep(80 * time.Millisecond)
 		body := `{"user_code":"` + dc.UserCode + `","account":"` + account + `"}`
-		resp, err := hc.Post(sim.ControlURL()+"/deviceauth/approve", "application/json", strings.NewReader(body))
+		resp, err := hc.Post(upstream.ControlURL()+"/deviceauth/approve", "application/json", strings.NewReader(body))
 		if !assert.NoError(t, err) {
 			return
 		}
@@ -39,17 +39,17 @@ func approveLater(t *testing.T, hc *http.Client, sim *upstreamtest.Server, accou
 func TestDeviceLoginAgainstTheSim(t *testing.T) {
 	ctx := t.Context()
 	clk := newClock()
-	sim := newSim(t, clk, simAccount("a1", "dev@example.com"), simAccount("a2", "dev@example.com"))
-	require.NoError(t, sim.SetDeviceLogin(0, 0))
+	upstream := newSim(t, clk, simAccount("a1", "dev@example.com"), simAccount("a2", "dev@example.com"))
+	require.NoError(t, upstream.SetDeviceLogin(0, 0))
 	hc := httpClient(t)
-	login := oauth.DeviceLogin{HTTPClient: hc, Issuer: sim.URL + "/", MinInterval: 10 * time.Millisecond}
+	login := oauth.DeviceLogin{HTTPClient: hc, Issuer: upstream.URL + "/", MinInterval: 10 * time.Millisecond}
 
 	t.Run("approved", func(t *testing.T) {
 		codes := make(chan oauth.DeviceCode, 1)
 		var wg sync.WaitGroup
-		approveLater(t, hc, sim, "a2", codes, &wg)
+		approveLater(t, hc, upstream, "a2", codes, &wg)
 		a, err := login.Run(ctx, func(dc oauth.DeviceCode) {
-			assert.Equal(t, sim.URL+"/codex/device", dc.VerificationURL)
+			assert.Equal(t, upstream.URL+"/codex/device", dc.VerificationURL)
 			assert.NotEmpty(t, dc.UserCode)
 			codes <- dc
 		})
@@ -60,10 +60,10 @@ func TestDeviceLoginAgainstTheSim(t *testing.T) {
 		assert.Equal(t, "plus", a.PlanType)
 		assert.Equal(t, "org-a2", a.Organization)
 		assert.False(t, a.AccessExpiresAt.IsZero())
-		assert.Equal(t, http.StatusOK, useToken(t, hc, sim, "cg-a2", a.Credentials.AccessToken), "the access token works")
-		status, _ := redeem(t, hc, sim, a.Credentials.RefreshToken)
+		assert.Equal(t, http.StatusOK, useToken(t, hc, upstream, "cg-a2", a.Credentials.AccessToken), "the access token works")
+		status, _ := redeem(t, hc, upstream, a.Credentials.RefreshToken)
 		assert.Equal(t, http.StatusOK, status, "the refresh token works")
-		polls := sim.Records(upstreamtest.RecordFilter{Route: upstreamtest.RouteDeviceToken})
+		polls := upstream.Records(sim.RecordFilter{Route: sim.RouteDeviceToken})
 		assert.GreaterOrEqual(t, len(polls), 2, "it polled while the login was pending")
 	})
 
@@ -84,13 +84,13 @@ func TestDeviceLoginAgainstTheSim(t *testing.T) {
 	t.Run("denied", func(t *testing.T) {
 		dc, err := login.Start(ctx)
 		require.NoError(t, err)
-		require.NoError(t, sim.DenyDeviceLogin(dc.UserCode))
+		require.NoError(t, upstream.DenyDeviceLogin(dc.UserCode))
 		_, err = login.Wait(ctx, dc)
 		assert.ErrorIs(t, err, oauth.ErrDeviceLoginDenied)
 	})
 
 	t.Run("expired", func(t *testing.T) {
-		require.NoError(t, sim.SetDeviceLogin(0, time.Minute))
+		require.NoError(t, upstream.SetDeviceLogin(0, time.Minute))
 		dc, err := login.Start(ctx)
 		require.NoError(t, err)
 		clk.Advance(time.Minute)

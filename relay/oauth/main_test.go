@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/leakcheck"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // TestMain fails the package when a goroutine of ours or of net/http
@@ -78,16 +78,16 @@ func httpClient(t testing.TB) *http.Client {
 }
 
 // newSim starts a sim on the clock and closes it when the test ends.
-func newSim(t testing.TB, c *clock, accts ...upstreamtest.Account) *upstreamtest.Server {
+func newSim(t testing.TB, c *clock, accts ...sim.Account) *sim.Server {
 	t.Helper()
-	sim := upstreamtest.NewServer(upstreamtest.Config{Accounts: accts, Now: c.Now})
-	t.Cleanup(sim.Close)
-	return sim
+	upstream := sim.NewServer(sim.Config{Accounts: accts, Now: c.Now})
+	t.Cleanup(upstream.Close)
+	return upstream
 }
 
 // simAccount is a chatgpt account of the sim with never-expiring tokens.
-func simAccount(id, email string) upstreamtest.Account {
-	return upstreamtest.Account{ID: id, Kind: upstreamtest.KindChatGPT, AccessToken: "at-" + id + "-original",
+func simAccount(id, email string) sim.Account {
+	return sim.Account{ID: id, Kind: sim.KindChatGPT, AccessToken: "at-" + id + "-original",
 		RefreshToken: "rt-" + id + "-original", ChatGPTAccountID: "cg-" + id, Organization: "org-" + id, Email: email}
 }
 
@@ -98,10 +98,10 @@ func openStore(t testing.TB, url string, c *clock) *store.Store {
 
 // addAccount stores the relay's copy of a sim account, pointed at the sim,
 // with its access token expiring at exp.
-func addAccount(t testing.TB, s *store.Store, sim *upstreamtest.Server, a upstreamtest.Account, exp time.Time) store.Account {
+func addAccount(t testing.TB, s *store.Store, upstream *sim.Server, a sim.Account, exp time.Time) store.Account {
 	t.Helper()
 	acct, err := s.CreateAccount(t.Context(), store.Account{
-		Kind: store.KindChatGPT, Label: a.ID, BaseURL: sim.CodexBaseURL(), ChatGPTAccountID: a.ChatGPTAccountID,
+		Kind: store.KindChatGPT, Label: a.ID, BaseURL: upstream.CodexBaseURL(), ChatGPTAccountID: a.ChatGPTAccountID,
 		Organization: a.Organization, Email: a.Email, PlanType: "plus", AccessExpiresAt: exp,
 	}, store.Credentials{AccessToken: a.AccessToken, RefreshToken: a.RefreshToken})
 	require.NoError(t, err)

@@ -18,18 +18,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/relay/oauth"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // delayed fronts the sim with a server that holds every request for d, so
 // concurrent callers really overlap with a refresh in flight. It returns
 // the token URL to use.
-func delayed(t testing.TB, sim *upstreamtest.Server, d time.Duration) string {
+func delayed(t testing.TB, upstream *sim.Server, d time.Duration) string {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(d)
-		sim.ServeHTTP(w, r)
+		upstream.ServeHTTP(w, r)
 	}))
 	t.Cleanup(ts.Close)
 	return ts.URL + "/oauth/token"
@@ -46,9 +46,9 @@ func deadURL(t testing.TB) string {
 
 // useToken makes one usage request to the sim with a ChatGPT token and
 // returns the status: the proof that a token works upstream.
-func useToken(t testing.TB, hc *http.Client, sim *upstreamtest.Server, accountID, token string) int {
+func useToken(t testing.TB, hc *http.Client, upstream *sim.Server, accountID, token string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, sim.UsageURL(), nil)
+	req, err := http.NewRequest(http.MethodGet, upstream.UsageURL(), nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("ChatGPT-Account-Id", accountID)
@@ -60,10 +60,10 @@ func useToken(t testing.TB, hc *http.Client, sim *upstreamtest.Server, accountID
 }
 
 // redeem presents a refresh token to the sim directly and returns the status.
-func redeem(t testing.TB, hc *http.Client, sim *upstreamtest.Server, refreshToken string) (int, map[string]any) {
+func redeem(t testing.TB, hc *http.Client, upstream *sim.Server, refreshToken string) (int, map[string]any) {
 	t.Helper()
 	b, _ := json.Marshal(map[string]string{"grant_type": "refresh_token", "refresh_token": refreshToken, "client_id": "x"})
-	resp, err := hc.Post(sim.TokenURL(), "application/json", strings.NewReader(string(b)))
+	resp, err := hc.Post(upstream.TokenURL(), "application/json", strings.NewReader(string(b)))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var out map[string]any
@@ -97,14 +97,14 @@ func TestRefreshOnceUnderConcurrencyAndAcrossRestart(t *testing.T) {
 			ctx := t.Context()
 			clk := newClock()
 			sa := simAccount("a1", "dev@example.com")
-			sim := newSim(t, clk, sa)
+			upstream := newSim(t, clk, sa)
 			hc := httpClient(t)
 			url := b.URL(t)
 			st := openStore(t, url, clk)
 			// Expires within the 5-minute margin: Token must refresh.
-			acct := addAccount(t, st, sim, sa, clk.Now().Add(time.Minute))
+			acct := addAccount(t, st, upstream, sa, clk.Now().Add(time.Minute))
 			log, logs := newLogger(t)
-			r := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: hc, TokenURL: delayed(t, sim, 150*time.Millisecond),
+			r := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: hc, TokenURL: delayed(t, upstream, 150*time.Millisecond),
 				Now: clk.Now, Replica: "replica-1", Logger: log})
 
 			const n = 50
@@ -126,8 +126,8 @@ func TestRefreshOnceUnderConcurrencyAndAcrossRestart(t *testing.T) {
 			wg.Wait()
 			r.Close()
 
-			require.Equal(t, 1, sim.RefreshCount("a1"), "exactly one refresh reached the auth server")
-			simState, _ := sim.Account("a1")
+			require.Equal(t, 1, upstream.RefreshCount("a1"), "exactly one refresh reached the auth server")
+			simState, _ := upstream.Account("a1")
 			assert.Zero(t, simState.RefreshesRejected)
 			stored, exp, err := st.TokenState(ctx, acct.ID)
 			require.NoError(t, err)
@@ -139,33 +139,33 @@ func TestRefreshOnceUnderConcurrencyAndAcrossRestart(t *testing.T) {
 				require.NoError(t, errs[i], "caller %d", i)
 				assert.Equal(t, stored.AccessToken, got[i].AccessToken, "caller %d gets the committed token", i)
 			}
-			assert.Equal(t, http.StatusOK, useToken(t, hc, sim, "cg-a1", stored.AccessToken))
+			assert.Equal(t, http.StatusOK, useToken(t, hc, upstream, "cg-a1", stored.AccessToken))
 
 			// Restart: the old store and Refresher are gone; a new pair reads
 			// the rotated tokens. Past the new token's life, it refreshes
 			// with the rotated refresh token, which the sim accepts.
 			require.NoError(t, st.Close())
 			st2 := openStore(t, url, clk)
-			r2 := oauth.NewRefresher(oauth.RefresherConfig{Store: st2, HTTPClient: hc, TokenURL: sim.TokenURL(),
+			r2 := oauth.NewRefresher(oauth.RefresherConfig{Store: st2, HTTPClient: hc, TokenURL: upstream.TokenURL(),
 				Now: clk.Now, Replica: "replica-1b", Logger: log})
 			defer r2.Close()
 			cred, err := r2.Token(ctx, acct)
 			require.NoError(t, err)
 			assert.Equal(t, stored.AccessToken, cred.AccessToken, "fresh: no refresh after a restart")
-			assert.Equal(t, 1, sim.RefreshCount("a1"))
+			assert.Equal(t, 1, upstream.RefreshCount("a1"))
 
 			clk.Advance(11 * 24 * time.Hour)
 			cred2, err := r2.Token(ctx, acct)
 			require.NoError(t, err)
-			assert.Equal(t, 2, sim.RefreshCount("a1"), "the rotated refresh token works after the restart")
-			simState, _ = sim.Account("a1")
+			assert.Equal(t, 2, upstream.RefreshCount("a1"), "the rotated refresh token works after the restart")
+			simState, _ = upstream.Account("a1")
 			assert.Zero(t, simState.RefreshesRejected, "no spent token was ever presented")
-			assert.Equal(t, http.StatusOK, useToken(t, hc, sim, "cg-a1", cred2.AccessToken))
+			assert.Equal(t, http.StatusOK, useToken(t, hc, upstream, "cg-a1", cred2.AccessToken))
 			a, err := st2.Account(ctx, acct.ID)
 			require.NoError(t, err)
 			assert.Equal(t, store.StatusActive, a.Status)
 
-			status, _ := redeem(t, hc, sim, sa.RefreshToken)
+			status, _ := redeem(t, hc, upstream, sa.RefreshToken)
 			assert.Equal(t, http.StatusUnauthorized, status, "the original refresh token is spent: only the committed one kept the account alive")
 			assertNoTokens(t, "the log", logs.String(), sa.AccessToken, sa.RefreshToken, stored.AccessToken, stored.RefreshToken,
 				stored.IDToken, cred2.AccessToken, cred2.RefreshToken, cred2.IDToken)
@@ -182,12 +182,12 @@ func TestTwoReplicasRefreshOnce(t *testing.T) {
 			ctx := t.Context()
 			clk := newClock()
 			sa := simAccount("a1", "dev@example.com")
-			sim := newSim(t, clk, sa)
+			upstream := newSim(t, clk, sa)
 			hc := httpClient(t)
 			url := b.URL(t)
 			st1, st2 := openStore(t, url, clk), openStore(t, url, clk)
-			acct := addAccount(t, st1, sim, sa, clk.Now().Add(-time.Minute))
-			tokenURL := delayed(t, sim, 400*time.Millisecond)
+			acct := addAccount(t, st1, upstream, sa, clk.Now().Add(-time.Minute))
+			tokenURL := delayed(t, upstream, 400*time.Millisecond)
 			log, logs := newLogger(t)
 			var replicas []*oauth.Refresher
 			for i, st := range []*store.Store{st1, st2} {
@@ -209,8 +209,8 @@ func TestTwoReplicasRefreshOnce(t *testing.T) {
 			}
 			close(start)
 			wg.Wait()
-			require.Equal(t, 1, sim.RefreshCount("a1"), "one refresh across both replicas")
-			assert.Len(t, sim.Records(upstreamtest.RecordFilter{Route: upstreamtest.RouteToken}), 1,
+			require.Equal(t, 1, upstream.RefreshCount("a1"), "one refresh across both replicas")
+			assert.Len(t, upstream.Records(sim.RecordFilter{Route: sim.RouteToken}), 1,
 				"not even a rejected second attempt reached the auth server")
 			for i := range n {
 				require.NoError(t, errs[i], "caller %d", i)
@@ -230,19 +230,19 @@ func TestLapsedClaimOfACrashedReplica(t *testing.T) {
 			ctx := t.Context()
 			clk := newClock()
 			sa := simAccount("a1", "")
-			sim := newSim(t, clk, sa)
+			upstream := newSim(t, clk, sa)
 			st := openStore(t, b.URL(t), clk)
-			acct := addAccount(t, st, sim, sa, clk.Now().Add(-time.Minute))
+			acct := addAccount(t, st, upstream, sa, clk.Now().Add(-time.Minute))
 			_, ok, err := st.ClaimRefresh(ctx, acct.ID, "crashed-replica", 2*time.Minute)
 			require.NoError(t, err)
 			require.True(t, ok)
-			r := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: httpClient(t), TokenURL: sim.TokenURL(), Now: clk.Now,
+			r := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: httpClient(t), TokenURL: upstream.TokenURL(), Now: clk.Now,
 				WaitTimeout: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond})
 			defer r.Close()
 			_, err = r.Token(ctx, acct)
 			require.ErrorIs(t, err, oauth.ErrRefreshBusy)
 			assert.Contains(t, err.Error(), "crashed-replica")
-			assert.Zero(t, sim.RefreshCount("a1"))
+			assert.Zero(t, upstream.RefreshCount("a1"))
 			a, err := st.Account(ctx, acct.ID)
 			require.NoError(t, err)
 			assert.Equal(t, store.StatusActive, a.Status, "waiting is no reason to give up on the account")
@@ -250,7 +250,7 @@ func TestLapsedClaimOfACrashedReplica(t *testing.T) {
 			clk.Advance(2 * time.Minute)
 			cred, err := r.Token(ctx, acct)
 			require.NoError(t, err)
-			assert.Equal(t, 1, sim.RefreshCount("a1"), "the lapsed claim was taken over")
+			assert.Equal(t, 1, upstream.RefreshCount("a1"), "the lapsed claim was taken over")
 			assert.NotEqual(t, sa.AccessToken, cred.AccessToken)
 		})
 	}
@@ -262,24 +262,24 @@ func TestCallerHangingUpDoesNotLoseTheRotation(t *testing.T) {
 	ctx := t.Context()
 	clk := newClock()
 	sa := simAccount("a1", "")
-	sim := newSim(t, clk, sa)
+	upstream := newSim(t, clk, sa)
 	st := openStore(t, storetest.SQLiteURL(t), clk)
-	acct := addAccount(t, st, sim, sa, clk.Now().Add(-time.Minute))
-	r := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: httpClient(t), TokenURL: delayed(t, sim, 300*time.Millisecond), Now: clk.Now})
+	acct := addAccount(t, st, upstream, sa, clk.Now().Add(-time.Minute))
+	r := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: httpClient(t), TokenURL: delayed(t, upstream, 300*time.Millisecond), Now: clk.Now})
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	_, err := r.Token(short, acct)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	r.Close() // waits for the flight
-	assert.Equal(t, 1, sim.RefreshCount("a1"))
+	assert.Equal(t, 1, upstream.RefreshCount("a1"))
 	cred, _, err := st.TokenState(ctx, acct.ID)
 	require.NoError(t, err)
-	simState, _ := sim.Account("a1")
+	simState, _ := upstream.Account("a1")
 	assert.Equal(t, simState.RefreshToken, cred.RefreshToken, "the rotated refresh token was committed")
 	again, err := r.Token(ctx, acct)
 	require.NoError(t, err, "a fresh token needs no refresh, even after Close")
 	assert.Equal(t, cred.AccessToken, again.AccessToken)
-	assert.Equal(t, 1, sim.RefreshCount("a1"))
+	assert.Equal(t, 1, upstream.RefreshCount("a1"))
 	_, err = r.AfterUnauthorized(ctx, acct, again.AccessToken)
 	assert.ErrorIs(t, err, oauth.ErrClosed, "a refresh after Close is refused")
 }
@@ -292,7 +292,7 @@ func TestRejectedRefreshMarksReauthRequired(t *testing.T) {
 		ctx := t.Context()
 		clk := newClock()
 		a1, a2 := simAccount("a1", ""), simAccount("a2", "")
-		sim := newSim(t, clk, a1, a2)
+		upstream := newSim(t, clk, a1, a2)
 		hc := httpClient(t)
 		log, logs := newLogger(t)
 		newRefresher := func(tokenURL string) *oauth.Refresher {
@@ -300,14 +300,14 @@ func TestRejectedRefreshMarksReauthRequired(t *testing.T) {
 			t.Cleanup(r.Close)
 			return r
 		}
-		r := newRefresher(sim.TokenURL())
+		r := newRefresher(upstream.TokenURL())
 		var errText []string
 
 		// a1's refresh token was spent by someone else (another relay, a
 		// copied auth.json): 401 refresh_token_reused.
-		status, spent := redeem(t, hc, sim, a1.RefreshToken)
+		status, spent := redeem(t, hc, upstream, a1.RefreshToken)
 		require.Equal(t, http.StatusOK, status)
-		acct1 := addAccount(t, st, sim, a1, clk.Now().Add(-time.Minute))
+		acct1 := addAccount(t, st, upstream, a1, clk.Now().Add(-time.Minute))
 		_, err := r.Token(ctx, acct1)
 		var rej *oauth.RejectedError
 		require.ErrorAs(t, err, &rej)
@@ -323,8 +323,8 @@ func TestRejectedRefreshMarksReauthRequired(t *testing.T) {
 		assert.Equal(t, a1.RefreshToken, stored.RefreshToken, "a rejection drops no credentials")
 
 		// An unknown refresh token: 400 invalid_grant, also after a 401.
-		bogus := upstreamtest.Account{ID: "x", AccessToken: "at-x-never-issued-by-sim", RefreshToken: "rt-x-never-issued-by-sim", ChatGPTAccountID: "cg-x"}
-		acctX := addAccount(t, st, sim, bogus, time.Time{})
+		bogus := sim.Account{ID: "x", AccessToken: "at-x-never-issued-by-sim", RefreshToken: "rt-x-never-issued-by-sim", ChatGPTAccountID: "cg-x"}
+		acctX := addAccount(t, st, upstream, bogus, time.Time{})
 		_, err = r.AfterUnauthorized(ctx, acctX, bogus.AccessToken)
 		require.ErrorAs(t, err, &rej)
 		assert.Equal(t, http.StatusBadRequest, rej.Status)
@@ -337,7 +337,7 @@ func TestRejectedRefreshMarksReauthRequired(t *testing.T) {
 
 		// a2: the auth server is unreachable, then answers 503 and 429:
 		// errors, but the account stays active and keeps its tokens.
-		acct2 := addAccount(t, st, sim, a2, clk.Now().Add(-time.Minute))
+		acct2 := addAccount(t, st, upstream, a2, clk.Now().Add(-time.Minute))
 		for _, tokenURL := range []string{deadURL(t), stub(t, 503, `{"error":{"code":"server_error","message":"try later"}}`),
 			stub(t, 429, `{"error":"rate_limited"}`), stub(t, 200, `<html>not json</html>`)} {
 			_, err = newRefresher(tokenURL).Token(ctx, acct2)
@@ -350,8 +350,8 @@ func TestRejectedRefreshMarksReauthRequired(t *testing.T) {
 		}
 		// a3: refreshed early (expiring within the margin) while the auth
 		// server is out of reach: the still valid token is used.
-		a3 := upstreamtest.Account{ID: "a3", AccessToken: "at-a3-still-valid", RefreshToken: "rt-a3", ChatGPTAccountID: "cg-a3"}
-		acct3 := addAccount(t, st, sim, a3, clk.Now().Add(2*time.Minute))
+		a3 := sim.Account{ID: "a3", AccessToken: "at-a3-still-valid", RefreshToken: "rt-a3", ChatGPTAccountID: "cg-a3"}
+		acct3 := addAccount(t, st, upstream, a3, clk.Now().Add(2*time.Minute))
 		early, err := newRefresher(deadURL(t)).Token(ctx, acct3)
 		require.NoError(t, err, "an unreachable auth server does not take a still valid token away")
 		assert.Equal(t, a3.AccessToken, early.AccessToken)
@@ -428,15 +428,15 @@ func TestWhenTokensRefresh(t *testing.T) {
 	ctx := t.Context()
 	clk := newClock()
 	sa := simAccount("a1", "")
-	sim := newSim(t, clk, sa)
+	upstream := newSim(t, clk, sa)
 	st := openStore(t, storetest.SQLiteURL(t), clk)
-	r := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: httpClient(t), TokenURL: sim.TokenURL(), Now: clk.Now})
+	r := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: httpClient(t), TokenURL: upstream.TokenURL(), Now: clk.Now})
 	defer r.Close()
 	now := clk.Now()
 
 	// A JWT expiring in 10 minutes, no stored expiry: fresh for 5 more minutes.
 	access := jwt(map[string]any{"exp": now.Add(10 * time.Minute).Unix()})
-	acct, err := st.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: "a", ChatGPTAccountID: sa.ChatGPTAccountID, BaseURL: sim.CodexBaseURL()},
+	acct, err := st.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: "a", ChatGPTAccountID: sa.ChatGPTAccountID, BaseURL: upstream.CodexBaseURL()},
 		store.Credentials{AccessToken: access, RefreshToken: sa.RefreshToken})
 	require.NoError(t, err)
 	cred, err := r.Token(ctx, acct)
@@ -445,22 +445,22 @@ func TestWhenTokensRefresh(t *testing.T) {
 	clk.Advance(4 * time.Minute)
 	_, err = r.Token(ctx, acct)
 	require.NoError(t, err)
-	assert.Zero(t, sim.RefreshCount("a1"))
+	assert.Zero(t, upstream.RefreshCount("a1"))
 	clk.Advance(2 * time.Minute)
 	cred, err = r.Token(ctx, acct)
 	require.NoError(t, err)
-	assert.Equal(t, 1, sim.RefreshCount("a1"), "within 5 minutes of exp: refreshed")
+	assert.Equal(t, 1, upstream.RefreshCount("a1"), "within 5 minutes of exp: refreshed")
 	assert.NotEqual(t, access, cred.AccessToken)
 
 	// A stale token after someone refreshed: nothing to do.
 	cred2, err := r.AfterUnauthorized(ctx, acct, access)
 	require.NoError(t, err)
 	assert.Equal(t, cred.AccessToken, cred2.AccessToken)
-	assert.Equal(t, 1, sim.RefreshCount("a1"))
+	assert.Equal(t, 1, upstream.RefreshCount("a1"))
 	// The current token refused: one forced refresh.
 	cred3, err := r.AfterUnauthorized(ctx, acct, cred.AccessToken)
 	require.NoError(t, err)
-	assert.Equal(t, 2, sim.RefreshCount("a1"))
+	assert.Equal(t, 2, upstream.RefreshCount("a1"))
 	assert.NotEqual(t, cred.AccessToken, cred3.AccessToken)
 
 	// A 4-minute token (iat known): the margin is 2 minutes, not 5.
@@ -475,7 +475,7 @@ func TestWhenTokensRefresh(t *testing.T) {
 	cred, err = r.Token(ctx, acct)
 	require.NoError(t, err)
 	assert.NotEqual(t, short, cred.AccessToken)
-	assert.Equal(t, 3, sim.RefreshCount("a1"))
+	assert.Equal(t, 3, upstream.RefreshCount("a1"))
 
 	// The stored expiry counts when the token is opaque.
 	opaque, err := st.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: "o", ChatGPTAccountID: "cg-o", AccessExpiresAt: clk.Now().Add(time.Hour)},
@@ -496,5 +496,5 @@ func TestWhenTokensRefresh(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "sk-test", cred.APIKey)
 	}
-	assert.Equal(t, 3, sim.RefreshCount("a1"))
+	assert.Equal(t, 3, upstream.RefreshCount("a1"))
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/relay/oauth"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
-	"github.com/codexrelay/codex-relay/relay/upstreamtest"
 )
 
 // usageStub is a usage endpoint that always answers body.
@@ -67,17 +67,17 @@ func TestUsageURL(t *testing.T) {
 // usageEnv is a sim, a store and a poller sharing one clock.
 type usageEnv struct {
 	clk    *clock
-	sim    *upstreamtest.Server
+	sim    *sim.Server
 	st     *store.Store
 	poller *oauth.UsagePoller
 }
 
-func newUsageEnv(t *testing.T, st *store.Store, clk *clock, accts ...upstreamtest.Account) *usageEnv {
-	sim := newSim(t, clk, accts...)
+func newUsageEnv(t *testing.T, st *store.Store, clk *clock, accts ...sim.Account) *usageEnv {
+	upstream := newSim(t, clk, accts...)
 	hc := httpClient(t)
-	r := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: hc, TokenURL: sim.TokenURL(), Now: clk.Now})
+	r := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: hc, TokenURL: upstream.TokenURL(), Now: clk.Now})
 	t.Cleanup(r.Close)
-	return &usageEnv{clk: clk, sim: sim, st: st,
+	return &usageEnv{clk: clk, sim: upstream, st: st,
 		poller: oauth.NewUsagePoller(oauth.UsagePollerConfig{Store: st, Tokens: r, HTTPClient: hc, Now: clk.Now})}
 }
 
@@ -88,8 +88,8 @@ func TestPollOnceWritesWindows(t *testing.T) {
 			clk := newClock()
 			st := openStore(t, b.URL(t), clk)
 			sa := simAccount("a1", "")
-			sa.Primary = upstreamtest.Window{UsedPercent: 42, ResetsIn: upstreamtest.Duration(90 * time.Minute)}
-			sa.Secondary = upstreamtest.Window{UsedPercent: 7}
+			sa.Primary = sim.Window{UsedPercent: 42, ResetsIn: sim.Duration(90 * time.Minute)}
+			sa.Secondary = sim.Window{UsedPercent: 7}
 			env := newUsageEnv(t, st, clk, sa)
 			acct := addAccount(t, st, env.sim, sa, time.Time{})
 
@@ -103,7 +103,7 @@ func TestPollOnceWritesWindows(t *testing.T) {
 			assert.Equal(t, 10080, got.Secondary.WindowMinutes)
 			assert.Equal(t, clk.Now(), got.UsageUpdatedAt)
 			assert.Equal(t, store.StatusActive, got.Status)
-			recs := env.sim.Records(upstreamtest.RecordFilter{Route: upstreamtest.RouteUsage})
+			recs := env.sim.Records(sim.RecordFilter{Route: sim.RouteUsage})
 			require.Len(t, recs, 1)
 			assert.Equal(t, "cg-a1", recs[0].ChatGPTAccountID, "the usage request names the workspace")
 			assert.Equal(t, "a1", recs[0].Account)
@@ -113,7 +113,7 @@ func TestPollOnceWritesWindows(t *testing.T) {
 			require.NoError(t, err)
 			_, err = env.poller.PollOnce(ctx, key)
 			require.NoError(t, err)
-			assert.Len(t, env.sim.Records(upstreamtest.RecordFilter{Route: upstreamtest.RouteUsage}), 1)
+			assert.Len(t, env.sim.Records(sim.RecordFilter{Route: sim.RouteUsage}), 1)
 
 			// A chatgpt account on a base without a /backend-api root has no
 			// usage endpoint anyone named: nothing is called (not chatgpt.com).
@@ -141,7 +141,7 @@ func TestLimitedAccountComesBackAfterItsReset(t *testing.T) {
 			clk := newClock()
 			st := openStore(t, b.URL(t), clk)
 			sa := simAccount("a1", "")
-			sa.Primary = upstreamtest.Window{UsedPercent: 100, ResetsIn: upstreamtest.Duration(time.Hour)}
+			sa.Primary = sim.Window{UsedPercent: 100, ResetsIn: sim.Duration(time.Hour)}
 			env := newUsageEnv(t, st, clk, sa)
 			acct := addAccount(t, st, env.sim, sa, time.Time{})
 			reset := clk.Now().Add(time.Hour)
@@ -158,7 +158,7 @@ func TestLimitedAccountComesBackAfterItsReset(t *testing.T) {
 
 			// Half-way: no probe may bring it back, whatever the usage says.
 			clk.Advance(30 * time.Minute)
-			sa.Primary = upstreamtest.Window{UsedPercent: 3}
+			sa.Primary = sim.Window{UsedPercent: 3}
 			require.NoError(t, env.sim.AddAccounts(sa)) // the upstream's window already looks fresh
 			got, err = env.poller.PollOnce(ctx, got)
 			require.NoError(t, err)
@@ -196,14 +196,14 @@ func TestLimitedAccountComesBackAfterItsReset(t *testing.T) {
 			// Quota: the poller finds the weekly window used up on an active
 			// account and limits it until that reset;
 			// a due probe that finds it used up again moves the end.
-			sa.Secondary = upstreamtest.Window{UsedPercent: 100, ResetsIn: upstreamtest.Duration(2 * time.Hour)}
+			sa.Secondary = sim.Window{UsedPercent: 100, ResetsIn: sim.Duration(2 * time.Hour)}
 			require.NoError(t, env.sim.AddAccounts(sa))
 			got, err = env.poller.PollOnce(ctx, got)
 			require.NoError(t, err)
 			assert.Equal(t, store.StatusQuotaExceeded, got.Status)
 			assert.Equal(t, clk.Now().Add(2*time.Hour), got.StatusUntil)
 			clk.Advance(2 * time.Hour)
-			sa.Secondary = upstreamtest.Window{UsedPercent: 100, ResetsIn: upstreamtest.Duration(24 * time.Hour)}
+			sa.Secondary = sim.Window{UsedPercent: 100, ResetsIn: sim.Duration(24 * time.Hour)}
 			require.NoError(t, env.sim.AddAccounts(sa))
 			got, err = env.poller.PollOnce(ctx, got)
 			require.NoError(t, err)
@@ -228,7 +228,7 @@ func TestPollerUsesFreshTokens(t *testing.T) {
 	clk := newClock()
 	st := openStore(t, storetest.SQLiteURL(t), clk)
 	sa := simAccount("a1", "")
-	sa.RevokeOldAccessToken = new(upstreamtest.Duration) // a refresh revokes the old token at once
+	sa.RevokeOldAccessToken = new(sim.Duration) // a refresh revokes the old token at once
 	env := newUsageEnv(t, st, clk, sa)
 	acct := addAccount(t, st, env.sim, sa, clk.Now().Add(-time.Minute))
 	_, err := env.poller.PollOnce(ctx, acct)
@@ -271,7 +271,7 @@ func TestRunPollsUntilCancelled(t *testing.T) {
 		stopped.Store(true)
 	}()
 	require.Eventually(t, func() bool {
-		return len(env.sim.Records(upstreamtest.RecordFilter{Route: upstreamtest.RouteUsage})) >= 4
+		return len(env.sim.Records(sim.RecordFilter{Route: sim.RouteUsage})) >= 4
 	}, 5*time.Second, 10*time.Millisecond, "polled every account, more than once")
 	cancel()
 	select {

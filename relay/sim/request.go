@@ -1,0 +1,167 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// responseRequest is the part of a Responses request body the sim reads. The
+// rest (reasoning, text, include, ...) is accepted and ignored, as unknown
+// fields must be.
+type responseRequest struct {
+	Type               string                     `json:"type"` // "response.create" over WebSocket
+	Model              string                     `json:"model"`
+	Input              []inputItem                `json:"input"`
+	Tools              []toolSpec                 `json:"tools"`
+	PreviousResponseID string                     `json:"previous_response_id"`
+	PromptCacheKey     string                     `json:"prompt_cache_key"`
+	Generate           *bool                      `json:"generate"`
+	ClientMetadata     map[string]json.RawMessage `json:"client_metadata"`
+	Instructions       string                     `json:"instructions"`
+
+	inputBytes int // size of the raw input array, for token estimates
+}
+
+// inputItem is one item of a request's input, with the fields any item type
+// the sim looks at may carry.
+type inputItem struct {
+	Type             string          `json:"type"`
+	ID               string          `json:"id"`
+	Role             string          `json:"role"`
+	Content          json.RawMessage `json:"content"`
+	CallID           string          `json:"call_id"`
+	Name             string          `json:"name"`
+	Arguments        string          `json:"arguments"`
+	Input            string          `json:"input"`
+	Output           json.RawMessage `json:"output"`
+	EncryptedContent *string         `json:"encrypted_content"`
+}
+
+// toolSpec is one entry of a request's tools: its type ("function",
+// "custom", "web_search", ...) and name.
+type toolSpec struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
+}
+
+// generates reports whether the request asks for output: generate:false is a
+// WebSocket prewarm.
+func (r *responseRequest) generates() bool { return r.Generate == nil || *r.Generate }
+
+// clientTurnState returns client_metadata["x-codex-turn-state"], which Codex
+// sends over WebSocket on every request of a turn after the first.
+func (r *responseRequest) clientTurnState() string {
+	return metadataString(r.ClientMetadata, "x-codex-turn-state")
+}
+
+// metadataString returns the string value of key in client metadata, or "".
+func metadataString(md map[string]json.RawMessage, key string) string {
+	var s string
+	if v, ok := md[key]; ok && json.Unmarshal(v, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// requestKind returns request_kind of an x-codex-turn-metadata JSON value,
+// or "" when there is none.
+func requestKind(turnMetadata string) string {
+	if turnMetadata == "" {
+		return ""
+	}
+	var md struct {
+		RequestKind string `json:"request_kind"`
+	}
+	_ = json.Unmarshal([]byte(turnMetadata), &md)
+	return md.RequestKind
+}
+
+// parseResponseRequest decodes a request body.
+func parseResponseRequest(body []byte) (*responseRequest, error) {
+	var req responseRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fmt.Errorf("invalid JSON body: %w", err)
+	}
+	var raw struct {
+		Input json.RawMessage `json:"input"`
+	}
+	_ = json.Unmarshal(body, &raw)
+	req.inputBytes = len(raw.Input)
+	return &req, nil
+}
+
+// text returns the concatenated text parts of a message item's content,
+// which is either a string or a list of parts with "text" fields.
+func (it *inputItem) text() string {
+	return contentText(it.Content)
+}
+
+// outputText returns a tool output's text: a string, or a list of content
+// parts with "text" fields.
+func (it *inputItem) outputText() string {
+	return contentText(it.Output)
+}
+
+func contentText(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 && p.Text != "" && b.Len() > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+// errBodyTooLarge reports a body past Config.MaxBodyBytes.
+var errBodyTooLarge = errors.New("request body too large")
+
+// readBody reads a request body up to max bytes after decoding its
+// Content-Encoding (identity or zstd).
+func readBody(r *http.Request, max int64) ([]byte, error) {
+	var src io.Reader = r.Body
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "zstd":
+		dec, err := zstd.NewReader(r.Body, zstd.WithDecoderMaxMemory(uint64(max)), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		defer dec.Close()
+		src = dec
+	default:
+		return nil, fmt.Errorf("unsupported Content-Encoding %q", enc)
+	}
+	b, err := io.ReadAll(io.LimitReader(src, max+1))
+	if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		return nil, errBodyTooLarge
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	if int64(len(b)) > max {
+		return nil, errBodyTooLarge
+	}
+	return b, nil
+}
