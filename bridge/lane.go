@@ -36,9 +36,6 @@ type Lane struct {
 	mu  sync.Mutex
 	err error // guarded by mu; why the reader stopped
 
-	// Known holds response ids produced on this connection; owned by the
-	// lane's current user (one at a time).
-	Known map[string]bool
 	// Requests counts requests sent on the lane.
 	Requests atomic.Int64
 }
@@ -52,7 +49,7 @@ const laneQueue = 256
 func NewLane(conn *websocket.Conn, account string, header http.Header, now time.Time) *Lane {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lane{Account: account, Opened: now, Header: header, conn: conn, events: make(chan []byte, laneQueue),
-		cancel: cancel, done: make(chan struct{}), Known: map[string]bool{}}
+		cancel: cancel, done: make(chan struct{})}
 	go l.read(ctx)
 	return l
 }

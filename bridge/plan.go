@@ -115,8 +115,21 @@ func Chain(body []byte, input []json.RawMessage, prev string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	i := wire.SkipSpace(out, 0)
-	if i >= len(out) || out[i] != '{' {
+	return message(out, prev)
+}
+
+// Message turns a request body into the WebSocket message for the lane as it
+// is: a response.create with every field, its input and any
+// previous_response_id included, as the client sent it.
+func Message(body []byte) ([]byte, error) {
+	return message(body, "")
+}
+
+// message prefixes body's members with the message type and, when prev is
+// set, the chain (body must hold no previous_response_id then).
+func message(body []byte, prev string) ([]byte, error) {
+	i := wire.SkipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
 		return nil, errNotObject
 	}
 	prefix := `"type":"` + wire.MessageResponseCreate + `",`
@@ -124,11 +137,11 @@ func Chain(body []byte, input []json.RawMessage, prev string) ([]byte, error) {
 		p, _ := json.Marshal(prev)
 		prefix += `"previous_response_id":` + string(p) + `,`
 	}
-	rest := out[i+1:]
+	rest := body[i+1:]
 	if j := wire.SkipSpace(rest, 0); j < len(rest) && rest[j] == '}' {
 		prefix = prefix[:len(prefix)-1] // an empty object: no trailing comma
 	}
-	msg := make([]byte, 0, len(out)+len(prefix)+1)
+	msg := make([]byte, 0, len(body)+len(prefix)+1)
 	msg = append(msg, '{')
 	msg = append(msg, prefix...)
 	msg = append(msg, rest...)

@@ -97,6 +97,16 @@ func TestChain(t *testing.T) {
 	assert.Error(t, err)
 	var v map[string]any
 	require.NoError(t, json.Unmarshal(msg, &v))
+
+	as, err := Message(body)
+	require.NoError(t, err)
+	assert.Equal(t, `{"type":"response.create","model":"m","input":[{"type":"message","id":"a"},{"type":"message","id":"b"}],"x_unknown":{"k":1},"previous_response_id":"old"}`, string(as),
+		"a message as the client sent it keeps its input and its chain")
+	empty, err := Message([]byte(` { } `))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"type":"response.create"}`, string(empty))
+	_, err = Message([]byte(`"x"`))
+	assert.Error(t, err)
 }
 
 // Whatever spelling a client re-serialises an item in, its fingerprint

@@ -7,13 +7,20 @@ import (
 	"time"
 )
 
-// Key names a canonical lane: a derived thread key and the client key scope.
-// Never the (session, prompt_cache_key) pair, which every thread of a tree
-// shares.
+// Key names a canonical lane: a derived thread key and the client key scope,
+// and for a client WebSocket's own (direct) lane, that connection. Never the
+// (session, prompt_cache_key) pair, which every thread of a tree shares.
 type Key struct {
 	Thread string
 	Scope  string
+	// Conn names the client connection a direct lane serves; "" for a
+	// thread's bridge lane, which any HTTP request of the thread may use.
+	Conn string
 }
+
+// sameThread reports whether k is a lane of the thread t names (any
+// connection's).
+func (k Key) sameThread(t Key) bool { return k.Thread == t.Thread && k.Scope == t.Scope }
 
 // PoolConfig tunes a Pool; zero values select the defaults.
 type PoolConfig struct {
@@ -22,8 +29,8 @@ type PoolConfig struct {
 	// MaxAge replaces a lane this old before its next request, ahead of the
 	// upstream's 60-minute connection limit. Default 55m.
 	MaxAge time.Duration
-	// MaxLanesPerAccount caps open lanes (canonical and forks) per account.
-	// Default 64.
+	// MaxLanesPerAccount caps open lanes per account: bridge lanes, their
+	// forks and client WebSockets' direct lanes alike. Default 64.
 	MaxLanesPerAccount int
 	// WaitTimeout bounds waiting for lane capacity. Default 30s.
 	WaitTimeout time.Duration
@@ -73,11 +80,18 @@ type entry struct {
 	busy     bool
 	lastUsed time.Time
 	thread   Key
+	// retire closes the lane when its request ends: the thread must be
+	// placed afresh (an operator's reset, a missed announcement), and a
+	// busy lane is never cut mid-turn.
+	retire bool
 }
 
-// Pool keeps the bridge's lanes: one canonical lane per thread, used by one
-// request at a time; a concurrent request on a busy thread gets a fork lane
-// of its own, closed when that request ends. Safe for concurrent use.
+// Pool keeps the relay's upstream lanes: one canonical lane per key, used by
+// one request at a time. A thread's bridge lane serves its HTTP requests; a
+// concurrent request on a busy thread gets a fork lane of its own, closed
+// when that request ends. A client WebSocket's direct lane is keyed by its
+// connection too, so it serves that connection alone. All of them count
+// against one cap per account. Safe for concurrent use.
 type Pool struct {
 	cfg PoolConfig // static after NewPool
 
@@ -112,8 +126,9 @@ type Lease struct {
 	done  bool
 }
 
-// Owner reports the account of the thread's live canonical lane: hard
-// continuity for that thread.
+// Owner reports the account of k's live canonical lane: where its upstream
+// holds the thread's chain, so the thread's first preference (never hard
+// evidence: an operator's decision moves it).
 func (p *Pool) Owner(k Key) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -319,12 +334,12 @@ func (l *Lease) Release(st State, healthy bool) {
 		return
 	}
 	e := l.entry
-	if healthy && e.lane.Alive() && !p.closed && p.canon[l.key] == e {
+	if healthy && !e.retire && e.lane.Alive() && !p.closed && p.canon[l.key] == e {
 		if e.state.ResponseID != "" && e.state.ResponseID != st.ResponseID {
 			delete(p.aliases, e.state.ResponseID)
 		}
 		e.state, e.busy, e.lastUsed = st, false, p.cfg.Now()
-		if st.ResponseID != "" {
+		if st.ResponseID != "" && l.key.Conn == "" {
 			p.aliases[st.ResponseID] = l.key
 		}
 		p.mu.Unlock()
@@ -385,20 +400,38 @@ func (p *Pool) Sweep() {
 // CloseAccount closes the idle lanes of an account (it became unavailable)
 // and reports how many; busy ones are retired when their request ends.
 func (p *Pool) CloseAccount(account string) int {
-	return p.closeIdle(func(e *entry) bool { return e.account == account })
+	return p.retire(func(e *entry) bool { return e.account == account })
 }
 
-// CloseIdle closes every idle lane and reports how many: what this replica
-// may have missed being told (a reset elsewhere) no lane keeps alive.
-func (p *Pool) CloseIdle() int {
-	return p.closeIdle(func(*entry) bool { return true })
+// RetireAll retires every lane and reports how many closed at once: what
+// this replica may have missed being told (a reset elsewhere) no lane keeps
+// alive. Idle lanes close now; busy ones when their request ends.
+func (p *Pool) RetireAll() int {
+	return p.retire(func(*entry) bool { return true })
 }
 
-func (p *Pool) closeIdle(match func(*entry) bool) int {
+// Forget retires the lanes of k's thread, its bridge lane and every client
+// connection's direct lane (an operator reset or moved the thread): idle
+// ones close now, busy ones when their request ends, never mid-turn. k's
+// Conn is ignored.
+func (p *Pool) Forget(k Key) {
+	p.retire(func(e *entry) bool { return e.thread.sameThread(k) })
+}
+
+// retire closes the idle canonical lanes match picks and marks the busy
+// ones to close at their release; it reports how many closed now.
+func (p *Pool) retire(match func(*entry) bool) int {
 	var closing []*Lane
 	p.mu.Lock()
 	for k, e := range p.canon {
-		if match(e) && !e.busy && e.lane != nil {
+		if !match(e) {
+			continue
+		}
+		if e.busy {
+			e.retire = true
+			continue
+		}
+		if e.lane != nil {
 			p.dropLocked(k, e)
 			closing = append(closing, e.lane)
 		}
@@ -411,18 +444,22 @@ func (p *Pool) closeIdle(match func(*entry) bool) int {
 	return len(closing)
 }
 
-// Forget closes the thread's idle lane (an operator reset its binding).
-func (p *Pool) Forget(k Key) {
+// Drop closes k's canonical lane now, busy or not: the client connection
+// it served has ended.
+func (p *Pool) Drop(k Key) {
 	p.mu.Lock()
 	e := p.canon[k]
-	if e == nil || e.busy || e.lane == nil {
+	if e == nil || e.lane == nil {
+		if e != nil {
+			e.retire = true // still being dialled: closed when its request releases it
+		}
 		p.mu.Unlock()
 		return
 	}
 	p.dropLocked(k, e)
 	p.mu.Unlock()
 	e.lane.Close()
-	p.cfg.OnEvent("retired")
+	p.cfg.OnEvent("closed")
 }
 
 // Close closes every lane, idle or busy, and refuses new leases. Requests
@@ -447,9 +484,10 @@ func (p *Pool) Close() {
 	}
 }
 
-// Info describes a live canonical or fork lane.
+// Info describes a live lane.
 type Info struct {
 	Key     Key
+	Kind    string // "bridge", "bridge_fork" or "direct" (a client WebSocket's)
 	Account string
 	// SessionID and ThreadID are the client's raw ids (see Lane).
 	SessionID, ThreadID string
@@ -465,17 +503,29 @@ func (p *Pool) Infos() []Info {
 	var out []Info
 	for k, e := range p.canon {
 		if e.lane != nil {
-			out = append(out, Info{Key: k, Account: e.account, SessionID: e.lane.SessionID, ThreadID: e.lane.ThreadID,
+			kind := "bridge"
+			if k.Conn != "" {
+				kind = "direct"
+			}
+			out = append(out, Info{Key: k, Kind: kind, Account: e.account, SessionID: e.lane.SessionID, ThreadID: e.lane.ThreadID,
 				Opened: e.lane.Opened, Busy: e.busy, Requests: e.lane.Requests.Load()})
 		}
 	}
 	for l := range p.forks {
-		out = append(out, Info{Key: l.key, Account: l.Lane.Account, SessionID: l.Lane.SessionID, ThreadID: l.Lane.ThreadID,
+		out = append(out, Info{Key: l.key, Kind: "bridge_fork", Account: l.Lane.Account, SessionID: l.Lane.SessionID, ThreadID: l.Lane.ThreadID,
 			Opened: l.Lane.Opened, Busy: true, Fork: true, Requests: l.Lane.Requests.Load()})
 	}
 	p.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Opened.Before(out[j].Opened) })
 	return out
+}
+
+// AccountLanes reports how many lanes are open or being dialled on
+// account, and the cap they count against.
+func (p *Pool) AccountLanes(account string) (open, max int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.perAccount[account], p.cfg.MaxLanesPerAccount
 }
 
 // Len reports how many lanes are open or being dialled.

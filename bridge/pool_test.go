@@ -86,7 +86,7 @@ func TestCanonicalLaneIsReusedWithItsState(t *testing.T) {
 	assert.True(t, l1.Fresh)
 	assert.False(t, l1.Fork)
 	owner, ok := p.Owner(root)
-	assert.True(t, ok, "a live lane is hard continuity, even while busy")
+	assert.True(t, ok, "a live lane names its account, even while busy")
 	assert.Equal(t, "acc_a", owner)
 	st := State{ResponseID: "resp_1", History: []string{"a", "b"}}
 	l1.Release(st, true)
@@ -267,7 +267,88 @@ func TestCloseAccountAndForget(t *testing.T) {
 	idle, err := p.Acquire(ctx, child, "acc_b", u.dialer("acc_b", clk.Now), nil)
 	require.NoError(t, err)
 	idle.Release(State{}, true)
-	assert.Equal(t, 1, p.CloseIdle(), "every idle lane, whatever its account; not the busy one")
+	assert.Equal(t, 1, p.RetireAll(), "every idle lane closes at once, whatever its account; not the busy one")
 	assert.Equal(t, 1, p.Len())
-	busy.Release(State{}, true)
+	assert.True(t, busy.Lane.Alive(), "a busy lane is never cut mid-turn")
+	busy.Release(State{ResponseID: "resp_1"}, true)
+	assert.False(t, busy.Lane.Alive(), "it is retired at its turn boundary")
+	assert.Equal(t, 0, p.Len())
+	_, ok := p.Alias("resp_1")
+	assert.False(t, ok, "a retired lane leaves no alias")
+}
+
+// A thread's lanes are its bridge lane and every client connection's direct
+// lane; forgetting the thread retires all of them, and each closes at its
+// own turn boundary.
+func TestForgetRetiresEveryLaneOfTheThread(t *testing.T) {
+	u := newUpstream(t)
+	p, clk, _ := newTestPool(t, PoolConfig{})
+	ctx := context.Background()
+	conn1, conn2 := root, root
+	conn1.Conn, conn2.Conn = "ws_1", "ws_2"
+	other := child
+	other.Conn = "ws_3"
+	leases := map[string]*Lease{}
+	for name, k := range map[string]Key{"bridge": root, "conn1": conn1, "conn2": conn2, "other": other} {
+		l, err := p.Acquire(ctx, k, "acc_a", u.dialer("acc_a", clk.Now), nil)
+		require.NoError(t, err)
+		leases[name] = l
+	}
+	assert.Equal(t, 4, p.Len(), "a connection's direct lane is its own, beside the thread's bridge lane")
+	leases["bridge"].Release(State{ResponseID: "resp_b"}, true)
+	leases["conn1"].Release(State{ResponseID: "resp_1"}, true)
+	_, ok := p.Alias("resp_1")
+	assert.False(t, ok, "a direct lane's responses are no alias for other requests")
+	_, ok = p.Alias("resp_b")
+	assert.True(t, ok)
+
+	p.Forget(Key{Thread: root.Thread, Scope: root.Scope, Conn: "whatever"})
+	assert.False(t, leases["bridge"].Lane.Alive(), "idle: closed at once")
+	assert.False(t, leases["conn1"].Lane.Alive())
+	assert.True(t, leases["conn2"].Lane.Alive(), "busy: kept until its turn ends")
+	assert.True(t, leases["other"].Lane.Alive(), "another thread is untouched")
+	leases["conn2"].Release(State{ResponseID: "resp_2"}, true)
+	assert.False(t, leases["conn2"].Lane.Alive())
+	_, ok = p.Owner(conn2)
+	assert.False(t, ok)
+	assert.Equal(t, 1, p.Len())
+
+	kinds := map[string]int{}
+	for _, in := range p.Infos() {
+		kinds[in.Kind]++
+	}
+	assert.Equal(t, map[string]int{"direct": 1}, kinds)
+	p.Drop(other)
+	assert.False(t, leases["other"].Lane.Alive(), "a connection that ended drops its lane, busy or not")
+	assert.Equal(t, 0, p.Len())
+	leases["other"].Release(State{}, true) // the ended request's release is harmless
+	assert.Equal(t, 0, p.Len())
+}
+
+// Direct lanes and bridge lanes count against one cap per account.
+func TestOneCapForEveryKindOfLane(t *testing.T) {
+	u := newUpstream(t)
+	p, clk, _ := newTestPool(t, PoolConfig{MaxLanesPerAccount: 2, WaitTimeout: 50 * time.Millisecond})
+	ctx := context.Background()
+	direct := child
+	direct.Conn = "ws_1"
+	a, err := p.Acquire(ctx, direct, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	b, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	open, max := p.AccountLanes("acc_a")
+	assert.Equal(t, 2, open)
+	assert.Equal(t, 2, max)
+	other := child
+	other.Conn = "ws_2"
+	_, err = p.Acquire(ctx, other, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	assert.ErrorIs(t, err, ErrNoCapacity, "a third lane of any kind waits for room")
+	a.Release(State{}, true)
+	c, err := p.Acquire(ctx, other, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err, "an idle lane of another key gives way")
+	assert.False(t, a.Lane.Alive(), "evicted")
+	b.Release(State{}, true)
+	c.Release(State{}, true)
+	open, _ = p.AccountLanes("acc_a")
+	assert.Equal(t, 2, open)
 }

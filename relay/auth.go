@@ -3,11 +3,15 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // client is an authenticated caller.
@@ -19,25 +23,27 @@ type client struct {
 // scope is the client key scope bindings and continuity are kept under.
 func (c client) scope() string { return c.key.ID }
 
-func (c client) allowsModel(model string) bool {
-	if len(c.key.Models) == 0 || model == "" {
-		return true
+// checkModel refuses a model outside the key's allow-list; a key with an
+// allow-list must name its model (the upstream's default is no model the
+// operator allowed).
+func (c client) checkModel(model string) error {
+	if len(c.key.Models) == 0 || slices.Contains(c.key.Models, model) {
+		return nil
 	}
-	for _, m := range c.key.Models {
-		if m == model {
-			return true
-		}
+	if model == "" {
+		return refuse(http.StatusForbidden, "model_not_allowed", "this client key may only use the models it lists: name one in \"model\"")
 	}
-	return false
+	return refuse(http.StatusForbidden, "model_not_allowed", fmt.Sprintf("this client key may not use model %q", model))
 }
 
+// errUnauthenticated marks a request refused for want of a usable key.
 var errUnauthenticated = errors.New("unauthenticated")
 
 // admit authenticates r and answers the client itself when that fails.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request) (client, bool) {
-	cl, ans, err := s.authenticate(r.Context(), r, false)
+	cl, err := s.authenticate(r.Context(), r, false)
 	if err != nil {
-		writeError(w, ans.Status, ans.Err)
+		s.writeFailure(w, err)
 		return client{}, false
 	}
 	return cl, true
@@ -54,59 +60,105 @@ func (s *Server) admitIdentified(w http.ResponseWriter, r *http.Request) (client
 // hop verified). A keyless request admitted there came from its loopback,
 // so it counts as local here.
 func (s *Server) admitIdentifiedOr(w http.ResponseWriter, r *http.Request, forwarded func() bool) (client, Identity, bool) {
-	cl, ans, err := s.authenticate(r.Context(), r, false)
+	cl, err := s.authenticate(r.Context(), r, false)
 	if errors.Is(err, errUnauthenticated) && forwarded != nil && forwarded() {
-		cl, ans, err = s.authenticate(r.Context(), r, true)
+		cl, err = s.authenticate(r.Context(), r, true)
 	}
 	if err != nil {
-		writeError(w, ans.Status, ans.Err)
+		s.writeFailure(w, err)
 		return client{}, Identity{}, false
 	}
 	ident, err := ParseIdentity(r.Header)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_header", Message: err.Error()})
+		s.writeFailure(w, refuse(http.StatusBadRequest, "invalid_header", err.Error()))
 		return client{}, Identity{}, false
 	}
 	return cl, ident, true
 }
 
-// authenticate admits a request bearing a usable relay client key; with no
-// key defined at all, it admits loopback clients without one (and requests
-// another replica admitted so and forwarded). The key itself is never
-// forwarded upstream.
-func (s *Server) authenticate(ctx context.Context, r *http.Request, forwarded bool) (client, answer, error) {
+// authenticate admits a request bearing a usable relay client key. While no
+// key was ever created (keyless mode, a choice made once), it admits
+// loopback clients without one, and requests another replica admitted so
+// and forwarded, but never a request a web page made: a browser on the
+// operator's machine must not spend the pool or read answers, by a form,
+// a fetch, or DNS rebinding. The key itself is never forwarded upstream.
+func (s *Server) authenticate(ctx context.Context, r *http.Request, forwarded bool) (client, error) {
 	token := ""
 	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
 		token = strings.TrimSpace(h[7:])
 	}
 	if strings.HasPrefix(token, store.ClientKeyPrefix) {
 		k, err := s.cfg.Store.AuthenticateClientKey(ctx, token)
-		if err == nil {
-			if err := s.cfg.Store.TouchClientKey(ctx, k.ID); err != nil {
-				s.log.Warn("touch client key", "key", k.ID, "err", err)
-			}
-			return client{key: k, keyed: true}, answer{}, nil
+		if errors.Is(err, store.ErrKeyRejected) {
+			return client{}, unauthorized("this relay client key is unknown, revoked or expired")
 		}
-		if !errors.Is(err, store.ErrKeyRejected) {
-			return client{}, answer{Status: http.StatusServiceUnavailable, Err: apiError{Type: "server_error", Message: "cannot check the client key now"}}, err
+		if err != nil {
+			return client{}, storeUnavailable("check the client key", err)
 		}
-		return client{}, unauthorized("this relay client key is unknown, revoked or expired"), errUnauthenticated
+		if err := s.cfg.Store.TouchClientKey(ctx, k.ID); err != nil {
+			s.log.Warn("touch client key", "key", k.ID, "err", err)
+		}
+		return client{key: k, keyed: true}, nil
 	}
-	n, err := s.cfg.Store.CountClientKeys(ctx)
+	ever, err := s.cfg.Store.KeysEverCreated(ctx)
 	if err != nil {
-		return client{}, answer{Status: http.StatusServiceUnavailable, Err: apiError{Type: "server_error", Message: "cannot check client keys now"}}, err
+		return client{}, storeUnavailable("check client keys", err)
 	}
-	if n == 0 && (isLoopback(r.RemoteAddr) || forwarded) {
-		return client{}, answer{}, nil
+	switch {
+	case ever:
+		return client{}, unauthorized("send a relay client key: Authorization: Bearer crk_...")
+	case forwarded:
+		return client{}, nil
+	case !isLoopback(r.RemoteAddr):
+		return client{}, unauthorized("no client keys are defined: this relay serves loopback clients only; create a key (codex-relay keys create) to serve others")
 	}
-	if n == 0 {
-		return client{}, unauthorized("no client keys are defined: this relay serves loopback clients only; create a key (codex-relay keys create) to serve others"), errUnauthenticated
+	if why := browserMade(r); why != "" {
+		return client{}, refuse(http.StatusForbidden, "browser_request_refused",
+			"this relay serves keyless loopback clients, not web pages ("+why+"); create a client key to serve browsers")
 	}
-	return client{}, unauthorized("send a relay client key: Authorization: Bearer crk_..."), errUnauthenticated
+	return client{}, nil
 }
 
-func unauthorized(msg string) answer {
-	return answer{Status: http.StatusUnauthorized, Err: apiError{Type: "invalid_request_error", Code: "invalid_api_key", Message: msg}}
+// unauthorized is a refusal for want of a usable key.
+func unauthorized(msg string) error {
+	return fmt.Errorf("%w: %w", errUnauthenticated, &requestError{status: http.StatusUnauthorized,
+		err: apiError{Type: wire.TypeInvalidRequest, Code: wire.CodeInvalidAPIKey, Message: msg}})
+}
+
+// browserMade says why a request looks made by a web page ("" when it does
+// not): an Origin other than a loopback one, a cross-site fetch, or a Host
+// that is no loopback name (DNS rebinding: a page's own host name resolving
+// to this machine).
+func browserMade(r *http.Request) string {
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || !loopbackHost(u.Host) {
+			return "Origin " + o
+		}
+	}
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "", "none", "same-origin":
+	default:
+		return "Sec-Fetch-Site " + site
+	}
+	if !loopbackHost(r.Host) {
+		return "Host " + r.Host
+	}
+	return ""
+}
+
+// loopbackHost reports whether host (with or without a port) names this
+// machine's loopback interface: localhost, or a loopback address.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func isLoopback(remoteAddr string) bool {

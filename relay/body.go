@@ -7,10 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
+
+// zstdMaxWindow is the largest zstd window a body may declare when its
+// limit is smaller (a 1 MiB route still takes a frame declaring 8 MiB).
+const zstdMaxWindow = 8 << 20
 
 // errBodyTooLarge is a body over the limit, before or after decompression.
 var errBodyTooLarge = errors.New("request body too large")
@@ -30,7 +36,10 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	case "", "identity":
 		return raw, nil
 	case "zstd":
-		dec, err := zstd.NewReader(bytes.NewReader(raw), zstd.WithDecoderMaxMemory(uint64(limit)+1), zstd.WithDecoderConcurrency(1))
+		// The decoder's memory bounds the window a frame may declare: at
+		// least what libzstd declares at its usual levels, whatever the
+		// body's own limit, to which the decoded output is held anyway.
+		dec, err := zstd.NewReader(bytes.NewReader(raw), zstd.WithDecoderMaxMemory(uint64(max(limit+1, zstdMaxWindow))), zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return nil, fmt.Errorf("zstd body: %w", err)
 		}
@@ -67,14 +76,35 @@ func (e *unsupportedEncodingError) Error() string {
 	return fmt.Sprintf("unsupported Content-Encoding %q (send identity, zstd or gzip)", e.enc)
 }
 
-// bodyAnswer maps a readBody error to the client's answer.
-func bodyAnswer(err error) answer {
+// bodyError maps a readBody error to the client's answer.
+func bodyError(err error) *requestError {
 	var enc *unsupportedEncodingError
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		return answer{Status: http.StatusRequestEntityTooLarge, Err: apiError{Type: "invalid_request_error", Code: "request_too_large", Message: "request body too large"}}
+		return refuse(http.StatusRequestEntityTooLarge, "request_too_large", "request body too large")
 	case errors.As(err, &enc):
-		return answer{Status: http.StatusUnsupportedMediaType, Err: apiError{Type: "invalid_request_error", Code: "unsupported_encoding", Message: err.Error()}}
+		return refuse(http.StatusUnsupportedMediaType, "unsupported_encoding", err.Error())
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return refuse(http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time")
 	}
-	return answer{Status: http.StatusBadRequest, Err: apiError{Type: "invalid_request_error", Code: "invalid_body", Message: "could not read the request body: " + err.Error()}}
+	return refuse(http.StatusBadRequest, "invalid_body", "could not read the request body")
+}
+
+// readRequestBody reads a client route's request body (see readBody) within
+// Config.BodyReadTimeout, so a client that sends its body slowly cannot hold
+// a connection. Once the body is in, the deadline is lifted (one that passed
+// later would cancel the request while it streams its answer); when it is
+// not, the deadline stays, so the server's own read of what is left before
+// it answers fails at once too and the connection closes.
+func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	armed := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout)) == nil
+	b, err := readBody(r, limit)
+	if err != nil {
+		return nil, bodyError(err)
+	}
+	if armed {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	return b, nil
 }

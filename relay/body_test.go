@@ -63,10 +63,10 @@ func TestReadBody(t *testing.T) {
 				return
 			}
 			require.Error(t, err)
-			a := bodyAnswer(err)
-			assert.Equal(t, tc.status, a.Status)
-			assert.NotEmpty(t, a.Err.Message)
-			assert.False(t, strings.Contains(a.Err.Message, "\x00"))
+			a := bodyError(err)
+			assert.Equal(t, tc.status, a.status)
+			assert.NotEmpty(t, a.err.Message)
+			assert.False(t, strings.Contains(a.err.Message, "\x00"))
 		})
 	}
 }

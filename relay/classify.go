@@ -13,60 +13,77 @@ import (
 	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
-// Class names how an attempt ended.
-type Class string
+// attemptClass names how an attempt ended; it is recorded with the attempt
+// (the diagnostics' "class") and counted in metrics. The set is closed: every
+// value is a constant below.
+type attemptClass string
 
 const (
-	ClassOK           Class = "ok"
-	ClassUsageLimit   Class = "usage_limit" // 429 usage_limit_reached
-	ClassRateLimit    Class = "rate_limit"  // 429 rate_limit_exceeded and other 429s
-	ClassQuota        Class = "quota"       // insufficient_quota, usage_not_included
-	ClassAuth         Class = "auth"        // 401
-	ClassBilling      Class = "billing"     // 402
-	ClassForbidden    Class = "forbidden"   // 403, 407
-	ClassServer       Class = "server"      // 5xx
-	ClassTransport    Class = "transport"   // no answer: connect, reset, timeout
-	ClassStreamCut    Class = "stream_cut"  // the stream ended without a terminal event
-	ClassStall        Class = "stall"       // nothing arrived within the idle deadline
-	ClassInvalid      Class = "invalid"     // the request itself was refused (400, 404, 413, 422)
-	ClassPrevNotFound Class = "previous_response_not_found"
-	ClassCiphertext   Class = "ciphertext" // invalid_encrypted_content and its kin
-	ClassFailed       Class = "failed"     // response.failed / error event after work
-	ClassCancelled    Class = "cancelled"  // the client went away
+	classOK              attemptClass = "ok"
+	classUsageLimit      attemptClass = "usage_limit" // 429 usage_limit_reached
+	classRateLimit       attemptClass = "rate_limit"  // 429 rate_limit_exceeded and other 429s
+	classQuota           attemptClass = "quota"       // insufficient_quota, usage_not_included
+	classAuth            attemptClass = "auth"        // 401
+	classBilling         attemptClass = "billing"     // 402
+	classForbidden       attemptClass = "forbidden"   // 403, 407
+	classServer          attemptClass = "server"      // 5xx
+	classTransport       attemptClass = "transport"   // no answer: connect, reset, timeout
+	classStreamCut       attemptClass = "stream_cut"  // the stream ended without a terminal event
+	classStall           attemptClass = "stall"       // nothing arrived within the idle deadline
+	classInvalid         attemptClass = "invalid"     // the request itself was refused (400, 404, 413, 422)
+	classPrevNotFound    attemptClass = "previous_response_not_found"
+	classCiphertext      attemptClass = "ciphertext"       // invalid_encrypted_content and its kin
+	classFailed          attemptClass = "failed"           // response.failed / error event after work
+	classCancelled       attemptClass = "cancelled"        // the client went away
+	classClientStalled   attemptClass = "client_stalled"   // the client stopped reading: a write to it timed out
+	classConnectionLimit attemptClass = "connection_limit" // the upstream retired its WebSocket (60-minute limit)
+	classChainRefused    attemptClass = "chain_refused"    // the upstream refused a chain the relay made
+	classLaneCapacity    attemptClass = "lane_capacity"    // no lane slot on the account within the wait
+	// Classes of requests that ended before any attempt: selection said no.
+	classConflict  attemptClass = "conflict"
+	classNoAccount attemptClass = "no_account"
+	classStore     attemptClass = "store_unavailable"
 )
 
-// Action is what to do after an attempt.
-type Action string
+// nextAction is what to do after an attempt.
+type nextAction string
 
 const (
-	ActionDone     Action = "done"         // the client got its answer
-	ActionNext     Action = "next_account" // the same request on another account
-	ActionTerminal Action = "terminal"     // answer the client with this failure
-	ActionSame     Action = "same_account" // the same account again (after a token refresh)
+	actionDone     nextAction = "done"         // the client got its answer
+	actionNext     nextAction = "next_account" // the same request on another account
+	actionTerminal nextAction = "terminal"     // answer the client with this failure
+	actionSame     nextAction = "same_account" // the same account again (a fresh lane, token or request form)
 )
 
-// Penalty changes an account's status after an attempt.
-type Penalty struct {
+// penalty changes an account's status after an attempt.
+type penalty struct {
 	Status store.Status
 	Reason string
 	Until  time.Time // zero: no set end
 }
 
-// Outcome is the one classification of an ended attempt.
-type Outcome struct {
-	Class   Class
-	Action  Action
-	Penalty *Penalty // nil: the account's health is untouched
+// outcome is the one classification of an ended attempt.
+type outcome struct {
+	Class   attemptClass
+	Action  nextAction
+	Penalty *penalty // nil: the account's health is untouched
+	// Recovery names what an actionSame retry does ("token_refresh", ...),
+	// recorded with the attempt; "" otherwise.
+	Recovery string
 }
 
-// AttemptEnd is what is known when an attempt ends.
-type AttemptEnd struct {
+// attemptEnd is everything known when an attempt ends: the facts classify
+// decides on. Attempts gather them; nothing decides on them but classify.
+type attemptEnd struct {
 	Now time.Time
 	// Status is the upstream HTTP status (or the status of a WebSocket error
 	// event); 0 when none arrived.
 	Status int
 	// Err is the upstream error body or event, if any.
 	Err *wire.Error
+	// RetryAfter is the wait the upstream asked for in its headers
+	// (Retry-After, retry-after-ms); zero when it named none.
+	RetryAfter time.Duration
 	// Transport is set when no answer arrived (or the stream broke).
 	Transport error
 	// Completed is true when a response.completed (or incomplete) ended it.
@@ -75,88 +92,113 @@ type AttemptEnd struct {
 	StreamCut bool
 	// Stalled: the idle deadline passed.
 	Stalled bool
-	// WorkObserved: something semantic already reached the client.
-	WorkObserved bool
+	// Committed: output reached the client; nothing may be replayed.
+	Committed bool
 	// Cancelled: the client went away.
 	Cancelled bool
+	// ClientStalled: the client stopped reading and a write to it timed out.
+	ClientStalled bool
+	// ChainRefused: the upstream answered previous_response_not_found to a
+	// chain the relay made on its lane (it keeps none), not to the client's.
+	ChainRefused bool
+	// LaneCapacity: the account's lane cap stayed full for the whole wait.
+	LaneCapacity bool
+	// Refreshed: the account's token was refreshed after this 401, so the
+	// same account may take the request again.
+	Refreshed bool
 }
 
-// Classify decides, once, what an ended attempt means. Before any work
-// reached the client, account causes (limits, auth, billing, 5xx, transport)
-// move the same request to the next account and penalise the account; after
-// work was observed nothing is retried.
-func Classify(e AttemptEnd) Outcome {
-	if e.Completed {
+// classify decides, once, what an ended attempt means. Before any output
+// reached the client, account causes (limits, auth, billing, 5xx,
+// transport) move the same request to the next account and penalise the
+// account, and causes of the relay's own means (a retired connection, a
+// refused chain, a refreshed token) retry on the same account; after output,
+// nothing is retried.
+func classify(e attemptEnd) outcome {
+	switch {
+	case e.Completed:
 		// A client that hangs up right after the terminal event (Codex exits
 		// on it) still got its answer: the turn counts, and binds.
-		return Outcome{Class: ClassOK, Action: ActionDone}
-	}
-	if e.Cancelled {
-		return Outcome{Class: ClassCancelled, Action: ActionTerminal}
+		return outcome{Class: classOK, Action: actionDone}
+	case e.ClientStalled:
+		return outcome{Class: classClientStalled, Action: actionTerminal}
+	case e.Cancelled:
+		return outcome{Class: classCancelled, Action: actionTerminal}
 	}
 	o := classifyFailure(e)
-	if e.WorkObserved {
+	if e.Committed {
 		// Output reached the client: never replay; keep any penalty so the
 		// next request goes elsewhere.
-		o.Action = ActionTerminal
+		o.Action, o.Recovery = actionTerminal, ""
 	}
 	return o
 }
 
-func classifyFailure(e AttemptEnd) Outcome {
+func classifyFailure(e attemptEnd) outcome {
 	var code, typ, msg string
 	if e.Err != nil {
 		code, typ, msg = e.Err.Code, e.Err.Type, e.Err.Message
 	}
 	switch {
+	case e.LaneCapacity:
+		return outcome{Class: classLaneCapacity, Action: actionNext}
 	case e.Stalled:
-		return Outcome{Class: ClassStall, Action: ActionNext}
+		return outcome{Class: classStall, Action: actionNext}
 	case e.StreamCut:
-		return Outcome{Class: ClassStreamCut, Action: ActionNext}
+		return outcome{Class: classStreamCut, Action: actionNext}
 	case e.Transport != nil && e.Status == 0:
-		return Outcome{Class: ClassTransport, Action: ActionNext}
+		return outcome{Class: classTransport, Action: actionNext}
+	case code == wire.CodeWebSocketConnectionLimitReached:
+		// The upstream retires connections at its age limit: a fresh lane on
+		// the same account takes the request, with no penalty.
+		return outcome{Class: classConnectionLimit, Action: actionSame, Recovery: "fresh_lane"}
+	case code == wire.CodePreviousResponseNotFound && e.ChainRefused:
+		// The relay chained on its lane and the upstream keeps no chains: the
+		// same account gets the full request.
+		return outcome{Class: classChainRefused, Action: actionSame, Recovery: "full_request"}
 	case code == wire.CodePreviousResponseNotFound:
-		return Outcome{Class: ClassPrevNotFound, Action: ActionTerminal}
-	case IsCiphertextRejection(e.Status, e.Err):
-		return Outcome{Class: ClassCiphertext, Action: ActionTerminal}
+		return outcome{Class: classPrevNotFound, Action: actionTerminal}
+	case isCiphertextRejection(e.Status, e.Err):
+		return outcome{Class: classCiphertext, Action: actionTerminal}
 	case typ == wire.TypeUsageLimitReached:
 		until := resetTime(e.Now, e.Err)
 		if until.IsZero() {
 			// The sharing-cap variant says no reset time: cool down a while.
-			until = e.Now.Add(30 * time.Minute)
+			until = e.Now.Add(cmp.Or(e.RetryAfter, 30*time.Minute))
 		}
-		return Outcome{Class: ClassUsageLimit, Action: ActionNext, Penalty: &Penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: until}}
+		return outcome{Class: classUsageLimit, Action: actionNext, Penalty: &penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: until}}
 	case typ == wire.TypeUsageNotIncluded || typ == wire.TypeInsufficientQuota || code == wire.CodeInsufficientQuota:
 		until := resetTime(e.Now, e.Err)
 		if until.IsZero() {
 			until = e.Now.Add(time.Hour)
 		}
-		reason := cmp.Or(code, typ)
-		return Outcome{Class: ClassQuota, Action: ActionNext, Penalty: &Penalty{Status: store.StatusQuotaExceeded, Reason: reason, Until: until}}
+		return outcome{Class: classQuota, Action: actionNext, Penalty: &penalty{Status: store.StatusQuotaExceeded, Reason: cmp.Or(code, typ), Until: until}}
 	case e.Status == http.StatusTooManyRequests || code == wire.CodeRateLimitExceeded:
 		until := resetTime(e.Now, e.Err)
 		if until.IsZero() {
-			until = e.Now.Add(retryAfter(msg, time.Minute))
+			until = e.Now.Add(cmp.Or(e.RetryAfter, retryAfter(msg, time.Minute)))
 		}
-		return Outcome{Class: ClassRateLimit, Action: ActionNext, Penalty: &Penalty{Status: store.StatusRateLimited, Reason: cmp.Or(code, "rate_limited"), Until: until}}
+		return outcome{Class: classRateLimit, Action: actionNext, Penalty: &penalty{Status: store.StatusRateLimited, Reason: cmp.Or(code, "rate_limited"), Until: until}}
+	case e.Status == http.StatusUnauthorized && e.Refreshed:
+		return outcome{Class: classAuth, Action: actionSame, Recovery: "token_refresh"}
 	case e.Status == http.StatusUnauthorized:
-		return Outcome{Class: ClassAuth, Action: ActionNext, Penalty: &Penalty{Status: store.StatusReauthRequired, Reason: cmp.Or(code, "upstream answered 401")}}
+		return outcome{Class: classAuth, Action: actionNext, Penalty: &penalty{Status: store.StatusReauthRequired, Reason: cmp.Or(code, "upstream answered 401")}}
 	case e.Status == http.StatusPaymentRequired:
-		return Outcome{Class: ClassBilling, Action: ActionNext, Penalty: &Penalty{Status: store.StatusQuotaExceeded, Reason: cmp.Or(code, "upstream answered 402 (billing)"), Until: e.Now.Add(time.Hour)}}
+		return outcome{Class: classBilling, Action: actionNext, Penalty: &penalty{Status: store.StatusQuotaExceeded, Reason: cmp.Or(code, "upstream answered 402 (billing)"), Until: e.Now.Add(time.Hour)}}
 	case e.Status == http.StatusForbidden || e.Status == http.StatusProxyAuthRequired:
-		return Outcome{Class: ClassForbidden, Action: ActionNext, Penalty: &Penalty{Status: store.StatusRateLimited, Reason: "upstream answered " + strconv.Itoa(e.Status) + ": cooling down", Until: e.Now.Add(10 * time.Minute)}}
+		return outcome{Class: classForbidden, Action: actionNext, Penalty: &penalty{Status: store.StatusRateLimited, Reason: "upstream answered " + strconv.Itoa(e.Status) + ": cooling down", Until: e.Now.Add(10 * time.Minute)}}
 	case e.Status >= 500 || code == wire.CodeServerIsOverloaded || typ == wire.TypeServerError:
-		return Outcome{Class: ClassServer, Action: ActionNext}
+		return outcome{Class: classServer, Action: actionNext}
 	case e.Status >= 400:
-		return Outcome{Class: ClassInvalid, Action: ActionTerminal}
+		return outcome{Class: classInvalid, Action: actionTerminal}
 	}
-	return Outcome{Class: ClassFailed, Action: ActionTerminal}
+	return outcome{Class: classFailed, Action: actionTerminal}
 }
 
-// IsCiphertextRejection reports an upstream refusing ciphertext it did not
+// isCiphertextRejection reports an upstream refusing ciphertext it did not
 // issue: the structured code, or the wording of a rejection that arrives
 // without one (seed 000).
-func IsCiphertextRejection(status int, e *wire.Error) bool {
+func isCiphertextRejection(status int, e *wire.Error) bool {
 	if e == nil || status == http.StatusUnauthorized || status == http.StatusPaymentRequired ||
 		status == http.StatusForbidden || status == http.StatusProxyAuthRequired || status == http.StatusTooManyRequests {
 		return false

@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -17,48 +19,59 @@ func TestClassify(t *testing.T) {
 	reset := now.Add(2 * time.Hour)
 	cases := []struct {
 		name    string
-		end     AttemptEnd
-		class   Class
-		action  Action
-		penalty *Penalty
+		end     attemptEnd
+		class   attemptClass
+		action  nextAction
+		penalty *penalty
 	}{
-		{"completed", AttemptEnd{Completed: true}, ClassOK, ActionDone, nil},
-		{"completed counts even when the client left right after", AttemptEnd{Completed: true, Cancelled: true}, ClassOK, ActionDone, nil},
-		{"cancelled wins", AttemptEnd{Cancelled: true, Status: 429, Err: &wire.Error{Type: wire.TypeUsageLimitReached}}, ClassCancelled, ActionTerminal, nil},
-		{"usage limit before work", AttemptEnd{Status: 429, Err: &wire.Error{Type: wire.TypeUsageLimitReached, ResetsAt: reset.Unix()}},
-			ClassUsageLimit, ActionNext, &Penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: reset}},
-		{"usage limit with resets_in_seconds", AttemptEnd{Status: 429, Err: &wire.Error{Type: wire.TypeUsageLimitReached, ResetsInSeconds: 60}},
-			ClassUsageLimit, ActionNext, &Penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: now.Add(time.Minute)}},
-		{"sharing cap without reset cools down", AttemptEnd{Status: 429, Err: &wire.Error{Type: wire.TypeUsageLimitReached}},
-			ClassUsageLimit, ActionNext, &Penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: now.Add(30 * time.Minute)}},
-		{"usage limit after work is terminal but still penalised", AttemptEnd{Status: 429, WorkObserved: true, Err: &wire.Error{Type: wire.TypeUsageLimitReached, ResetsAt: reset.Unix()}},
-			ClassUsageLimit, ActionTerminal, &Penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: reset}},
-		{"rate limit try again in", AttemptEnd{Status: 429, Err: &wire.Error{Code: wire.CodeRateLimitExceeded, Message: "Rate limit reached. Please try again in 7s."}},
-			ClassRateLimit, ActionNext, &Penalty{Status: store.StatusRateLimited, Reason: wire.CodeRateLimitExceeded, Until: now.Add(7 * time.Second)}},
-		{"in-stream rate limit without status", AttemptEnd{Err: &wire.Error{Code: wire.CodeRateLimitExceeded, Message: "try again in 1.5s"}},
-			ClassRateLimit, ActionNext, &Penalty{Status: store.StatusRateLimited, Reason: wire.CodeRateLimitExceeded, Until: now.Add(1500 * time.Millisecond)}},
-		{"insufficient quota", AttemptEnd{Status: 429, Err: &wire.Error{Type: wire.TypeInsufficientQuota, Code: wire.CodeInsufficientQuota}},
-			ClassQuota, ActionNext, &Penalty{Status: store.StatusQuotaExceeded, Reason: wire.CodeInsufficientQuota, Until: now.Add(time.Hour)}},
-		{"401", AttemptEnd{Status: 401, Err: &wire.Error{Code: wire.CodeTokenExpired}},
-			ClassAuth, ActionNext, &Penalty{Status: store.StatusReauthRequired, Reason: wire.CodeTokenExpired}},
-		{"402", AttemptEnd{Status: 402}, ClassBilling, ActionNext, &Penalty{Status: store.StatusQuotaExceeded, Reason: "upstream answered 402 (billing)", Until: now.Add(time.Hour)}},
-		{"403", AttemptEnd{Status: 403}, ClassForbidden, ActionNext, &Penalty{Status: store.StatusRateLimited, Reason: "upstream answered 403: cooling down", Until: now.Add(10 * time.Minute)}},
-		{"500", AttemptEnd{Status: 500}, ClassServer, ActionNext, nil},
-		{"503 overloaded", AttemptEnd{Status: 503, Err: &wire.Error{Code: wire.CodeServerIsOverloaded}}, ClassServer, ActionNext, nil},
-		{"transport", AttemptEnd{Transport: errors.New("connection refused")}, ClassTransport, ActionNext, nil},
-		{"stream cut before work", AttemptEnd{StreamCut: true}, ClassStreamCut, ActionNext, nil},
-		{"stream cut after work", AttemptEnd{StreamCut: true, WorkObserved: true}, ClassStreamCut, ActionTerminal, nil},
-		{"stall", AttemptEnd{Stalled: true}, ClassStall, ActionNext, nil},
-		{"validation is the client's", AttemptEnd{Status: 400, Err: &wire.Error{Type: "invalid_request_error", Message: "bad"}}, ClassInvalid, ActionTerminal, nil},
-		{"previous response not found", AttemptEnd{Status: 400, Err: &wire.Error{Code: wire.CodePreviousResponseNotFound}}, ClassPrevNotFound, ActionTerminal, nil},
-		{"ciphertext code", AttemptEnd{Status: 400, Err: &wire.Error{Code: wire.CodeInvalidEncryptedContent}}, ClassCiphertext, ActionTerminal, nil},
-		{"ciphertext wording without code", AttemptEnd{Status: 400, Err: &wire.Error{Message: "The encrypted content could not be decrypted"}}, ClassCiphertext, ActionTerminal, nil},
-		{"failed after work", AttemptEnd{WorkObserved: true, Err: &wire.Error{Type: "server_error"}}, ClassServer, ActionTerminal, nil},
+		{"completed", attemptEnd{Completed: true}, classOK, actionDone, nil},
+		{"completed counts even when the client left right after", attemptEnd{Completed: true, Cancelled: true}, classOK, actionDone, nil},
+		{"cancelled wins", attemptEnd{Cancelled: true, Status: 429, Err: &wire.Error{Type: wire.TypeUsageLimitReached}}, classCancelled, actionTerminal, nil},
+		{"usage limit before work", attemptEnd{Status: 429, Err: &wire.Error{Type: wire.TypeUsageLimitReached, ResetsAt: reset.Unix()}},
+			classUsageLimit, actionNext, &penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: reset}},
+		{"usage limit with resets_in_seconds", attemptEnd{Status: 429, Err: &wire.Error{Type: wire.TypeUsageLimitReached, ResetsInSeconds: 60}},
+			classUsageLimit, actionNext, &penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: now.Add(time.Minute)}},
+		{"sharing cap without reset cools down", attemptEnd{Status: 429, Err: &wire.Error{Type: wire.TypeUsageLimitReached}},
+			classUsageLimit, actionNext, &penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: now.Add(30 * time.Minute)}},
+		{"usage limit after work is terminal but still penalised", attemptEnd{Status: 429, Committed: true, Err: &wire.Error{Type: wire.TypeUsageLimitReached, ResetsAt: reset.Unix()}},
+			classUsageLimit, actionTerminal, &penalty{Status: store.StatusRateLimited, Reason: "usage_limit_reached", Until: reset}},
+		{"rate limit try again in", attemptEnd{Status: 429, Err: &wire.Error{Code: wire.CodeRateLimitExceeded, Message: "Rate limit reached. Please try again in 7s."}},
+			classRateLimit, actionNext, &penalty{Status: store.StatusRateLimited, Reason: wire.CodeRateLimitExceeded, Until: now.Add(7 * time.Second)}},
+		{"in-stream rate limit without status", attemptEnd{Err: &wire.Error{Code: wire.CodeRateLimitExceeded, Message: "try again in 1.5s"}},
+			classRateLimit, actionNext, &penalty{Status: store.StatusRateLimited, Reason: wire.CodeRateLimitExceeded, Until: now.Add(1500 * time.Millisecond)}},
+		{"insufficient quota", attemptEnd{Status: 429, Err: &wire.Error{Type: wire.TypeInsufficientQuota, Code: wire.CodeInsufficientQuota}},
+			classQuota, actionNext, &penalty{Status: store.StatusQuotaExceeded, Reason: wire.CodeInsufficientQuota, Until: now.Add(time.Hour)}},
+		{"401", attemptEnd{Status: 401, Err: &wire.Error{Code: wire.CodeTokenExpired}},
+			classAuth, actionNext, &penalty{Status: store.StatusReauthRequired, Reason: wire.CodeTokenExpired}},
+		{"402", attemptEnd{Status: 402}, classBilling, actionNext, &penalty{Status: store.StatusQuotaExceeded, Reason: "upstream answered 402 (billing)", Until: now.Add(time.Hour)}},
+		{"403", attemptEnd{Status: 403}, classForbidden, actionNext, &penalty{Status: store.StatusRateLimited, Reason: "upstream answered 403: cooling down", Until: now.Add(10 * time.Minute)}},
+		{"500", attemptEnd{Status: 500}, classServer, actionNext, nil},
+		{"503 overloaded", attemptEnd{Status: 503, Err: &wire.Error{Code: wire.CodeServerIsOverloaded}}, classServer, actionNext, nil},
+		{"transport", attemptEnd{Transport: errors.New("connection refused")}, classTransport, actionNext, nil},
+		{"stream cut before work", attemptEnd{StreamCut: true}, classStreamCut, actionNext, nil},
+		{"stream cut after work", attemptEnd{StreamCut: true, Committed: true}, classStreamCut, actionTerminal, nil},
+		{"stall", attemptEnd{Stalled: true}, classStall, actionNext, nil},
+		{"validation is the client's", attemptEnd{Status: 400, Err: &wire.Error{Type: "invalid_request_error", Message: "bad"}}, classInvalid, actionTerminal, nil},
+		{"previous response not found", attemptEnd{Status: 400, Err: &wire.Error{Code: wire.CodePreviousResponseNotFound}}, classPrevNotFound, actionTerminal, nil},
+		{"ciphertext code", attemptEnd{Status: 400, Err: &wire.Error{Code: wire.CodeInvalidEncryptedContent}}, classCiphertext, actionTerminal, nil},
+		{"ciphertext wording without code", attemptEnd{Status: 400, Err: &wire.Error{Message: "The encrypted content could not be decrypted"}}, classCiphertext, actionTerminal, nil},
+		{"failed after work", attemptEnd{Committed: true, Err: &wire.Error{Type: "server_error"}}, classServer, actionTerminal, nil},
+		{"a client that stopped reading", attemptEnd{Cancelled: true, ClientStalled: true, Committed: true}, classClientStalled, actionTerminal, nil},
+		{"retry-after header sets the rest", attemptEnd{Status: 429, RetryAfter: 90 * time.Second, Err: &wire.Error{Code: wire.CodeRateLimitExceeded, Message: "try again in 7s"}},
+			classRateLimit, actionNext, &penalty{Status: store.StatusRateLimited, Reason: wire.CodeRateLimitExceeded, Until: now.Add(90 * time.Second)}},
+		{"connection limit before work: a fresh lane on the same account", attemptEnd{Err: &wire.Error{Code: wire.CodeWebSocketConnectionLimitReached}},
+			classConnectionLimit, actionSame, nil},
+		{"connection limit after work is terminal", attemptEnd{Committed: true, Err: &wire.Error{Code: wire.CodeWebSocketConnectionLimitReached}},
+			classConnectionLimit, actionTerminal, nil},
+		{"a chain the relay made, refused: the full request, same account", attemptEnd{Status: 400, ChainRefused: true, Err: &wire.Error{Code: wire.CodePreviousResponseNotFound}},
+			classChainRefused, actionSame, nil},
+		{"lane capacity: another account", attemptEnd{LaneCapacity: true}, classLaneCapacity, actionNext, nil},
+		{"401 after a token refresh: the same account", attemptEnd{Status: 401, Refreshed: true, Err: &wire.Error{Code: wire.CodeTokenExpired}}, classAuth, actionSame, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.end.Now = now
-			o := Classify(tc.end)
+			o := classify(tc.end)
 			assert.Equal(t, tc.class, o.Class)
 			assert.Equal(t, tc.action, o.Action)
 			if tc.penalty == nil {
@@ -76,10 +89,10 @@ func TestCiphertextRejectionNeverOnAccountStatuses(t *testing.T) {
 	t.Parallel()
 	e := &wire.Error{Code: wire.CodeInvalidEncryptedContent, Message: "could not be decrypted"}
 	for _, st := range []int{401, 402, 403, 407, 429} {
-		assert.False(t, IsCiphertextRejection(st, e), "status %d", st)
+		assert.False(t, isCiphertextRejection(st, e), "status %d", st)
 	}
-	assert.True(t, IsCiphertextRejection(400, e))
-	assert.False(t, IsCiphertextRejection(400, nil))
+	assert.True(t, isCiphertextRejection(400, e))
+	assert.False(t, isCiphertextRejection(400, nil))
 }
 
 func TestForwardHeaders(t *testing.T) {
@@ -105,8 +118,54 @@ func TestForwardHeaders(t *testing.T) {
 		"X-Codex-Turn-Metadata", "X-Codex-Future-Header", "Openai-Beta"} {
 		assert.Equal(t, src.Get(kept), dst.Get(kept), kept)
 	}
-	tgt := Target{Account: store.Account{Kind: store.KindChatGPT, ChatGPTAccountID: "ws-upstream"}, Cred: store.Credentials{AccessToken: "at"}}
+	tgt := target{Account: store.Account{Kind: store.KindChatGPT, ChatGPTAccountID: "ws-upstream"}, Cred: store.Credentials{AccessToken: "at"}}
 	tgt.authorize(dst)
 	assert.Equal(t, "Bearer at", dst.Get("Authorization"), "the account's token replaces the client's key")
 	assert.Equal(t, "ws-upstream", dst.Get("ChatGPT-Account-Id"))
+}
+
+// Every error that ends a request before an upstream answer reaches the
+// client through failureFor: a stable code and a plain sentence, never an
+// account id, an upstream URL or a dial error.
+func TestFailureFor(t *testing.T) {
+	t.Parallel()
+	dial := errors.New(`dial upstream websocket acc_secret: Get "http://10.0.0.7:9000/backend-api/codex/responses": connection refused`)
+	later := now.Add(time.Hour)
+	cases := []struct {
+		name   string
+		err    error
+		status int
+		code   string
+		class  attemptClass
+	}{
+		{"the client went away", context.Canceled, 499, "client_closed", classCancelled},
+		{"the client went away while selection read the store", storeUnavailable("read accounts", fmt.Errorf("query: %w", context.Canceled)), 499, "client_closed", classCancelled},
+		{"the database did not answer", storeUnavailable("read accounts", dial), 503, "store_unavailable", classStore},
+		{"a conflict", &conflictError{A: hardOwner{"acc_secret", hardTurnState}, B: hardOwner{"acc_other", hardPreviousResponse}}, 409, "continuity_owner_conflict", classConflict},
+		{"an owner resting until its reset", &ownerUnavailableError{Source: hardSessionPin, Account: store.Account{ID: "acc_secret", StatusUntil: later}, Cause: "rate_limited", InScope: true}, 429, "", classNoAccount},
+		{"an owner gone", &ownerUnavailableError{Source: hardPreviousResponse, Account: store.Account{ID: "acc_secret"}, Cause: "the account is gone or outside this client key's scope"}, 503, "continuity_owner_unavailable", classNoAccount},
+		{"a pool at its limits", &noAccountError{EarliestReset: later, Considered: 2}, 429, "", classNoAccount},
+		{"an empty scope", &noAccountError{}, 503, "no_accounts", classNoAccount},
+		{"a request refused", refuse(403, "model_not_allowed", "no"), 403, "model_not_allowed", classInvalid},
+		{"a key refused", unauthorized("revoked"), 401, wire.CodeInvalidAPIKey, classInvalid},
+		{"anything else", dial, 500, "internal_error", classFailed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, class := failureFor(tc.err, now)
+			assert.Equal(t, tc.status, f.status)
+			assert.Equal(t, tc.class, class)
+			if tc.code != "" {
+				assert.Equal(t, tc.code, f.err.Code)
+			}
+			if tc.status == 429 {
+				assert.Equal(t, wire.TypeUsageLimitReached, f.err.Type, "Codex shows try again at")
+				assert.Equal(t, later.Unix(), f.err.ResetsAt)
+			}
+			assert.NotEmpty(t, f.err.Message)
+			for _, secret := range []string{"acc_secret", "acc_other", "10.0.0.7", "dial", "http://"} {
+				assert.NotContains(t, f.err.Message, secret)
+			}
+		})
+	}
 }

@@ -82,7 +82,8 @@ func TestSiblingsShareThenDiverge(t *testing.T) {
 	assert.Equal(t, h.ids[first], byThread[childT])
 }
 
-// Conflicting hard owners fail with 409 before anything goes upstream.
+// What the client presents conflicts with 409 before anything goes
+// upstream; an operator's pin moves the thread instead.
 func TestConflictingHardOwnersFailBeforeUpstream(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
@@ -98,17 +99,23 @@ func TestConflictingHardOwnersFailBeforeUpstream(t *testing.T) {
 	if producer == "a1" {
 		other = "a2"
 	}
-	// ...and an operator's pin of another session to the other account.
+	// ...and an operator's pin of another session to the other account: the
+	// pin wins, the thread moves; the pinned account cannot resolve the id,
+	// so the client is told to resend the full request, which it serves.
 	_, err := h.store.Pin(ctx, store.BindRawSession, "pinned-session", h.ids[other], "pin")
 	require.NoError(t, err)
-	before := len(h.sim.Records(sim.RecordFilter{}))
-
+	const movedThread = "019a1111-0000-7000-8000-0000000000cc"
 	req := responseRequest("continue")
 	req["previous_response_id"] = prevID
-	resp, body = h.post("pinned-session", "019a1111-0000-7000-8000-0000000000cc", req, nil)
-	assert.Equal(t, http.StatusConflict, resp.StatusCode, body)
-	assert.Contains(t, body, "continuity_owner_conflict")
-	assert.Equal(t, before, len(h.sim.Records(sim.RecordFilter{})), "nothing went upstream")
+	resp, body = h.post("pinned-session", movedThread, req, nil)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+	assert.Contains(t, body, "previous_response_not_found")
+	assert.Empty(t, h.responseRecords(movedThread), "no response was requested upstream")
+	resp, body = h.post("pinned-session", movedThread, responseRequest("continue, in full"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	recs := h.responseRecords(movedThread)
+	require.Len(t, recs, 1)
+	assert.Equal(t, other, recs[0].Account, "the pinned account serves the thread")
 
 	// A turn state issued by one account and a pin to the other conflict too.
 	resp, body = h.post("", "019a1111-0000-7000-8000-0000000000dd", responseRequest("x"), nil)
@@ -122,14 +129,20 @@ func TestConflictingHardOwnersFailBeforeUpstream(t *testing.T) {
 	}
 	_, err = h.store.Pin(ctx, store.BindRawThread, "019a1111-0000-7000-8000-0000000000dd", h.ids[pinTo], "pin")
 	require.NoError(t, err)
-	before = len(h.sim.Records(sim.RecordFilter{}))
+	before := len(h.sim.Records(sim.RecordFilter{}))
 	resp, body = h.post("", "019a1111-0000-7000-8000-0000000000dd", responseRequest("y"), http.Header{"X-Codex-Turn-State": {ts}})
 	assert.Equal(t, http.StatusConflict, resp.StatusCode, body)
+	assert.Contains(t, body, "continuity_owner_conflict")
+	assert.Contains(t, body, "turn state", "the message names the evidence that conflicts")
+	assert.NotContains(t, body, h.ids["a1"], "no account id reaches the client")
+	assert.NotContains(t, body, h.ids["a2"])
 	assert.Equal(t, before, len(h.sim.Records(sim.RecordFilter{})), "nothing went upstream")
 
 	atts, _, err := h.store.Attempts(ctx, store.AttemptFilter{Class: "conflict"})
 	require.NoError(t, err)
-	assert.Len(t, atts, 2, "each conflict is a diagnostic")
+	require.Len(t, atts, 1, "the conflict is a diagnostic")
+	assert.Contains(t, atts[0].Detail, "turn_state", "the operator sees which evidence conflicts")
+	assert.Contains(t, atts[0].Detail, "raw_thread")
 }
 
 // Over WebSocket, previous_response_id chains on the lane; when the lane's

@@ -193,8 +193,11 @@ func TestBridgeUnderLoadLeavesNothingBehind(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	require.Len(t, h.responseRecords(""), 2*n)
-	assert.Greater(t, h.relay.Bridge().Len(), 0, "precondition: lanes are idle in the pool")
+	recs := h.responseRecords("")
+	require.Len(t, recs, 2*n)
+	for _, r := range recs {
+		require.Equal(t, sim.TransportWS, r.Transport, "precondition: every request went over a lane")
+	}
 
 	require.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, 10*time.Second, 50*time.Millisecond, "idle lanes closed after their deadline")
 	require.Eventually(t, func() bool { return laneReaders() == 0 }, 10*time.Second, 50*time.Millisecond, "no lane goroutine remains")

@@ -199,9 +199,17 @@ func TestClientKeys(t *testing.T) {
 	ob, _ := json.Marshal(other)
 	code, body = post(secret, childT, ob)
 	assert.Equal(t, http.StatusForbidden, code, body)
+	delete(other, "model")
+	ob, _ = json.Marshal(other)
+	code, body = post(secret, childT, ob)
+	assert.Equal(t, http.StatusForbidden, code, "a key with a model list must name its model: %s", body)
+	assert.Contains(t, body, "model_not_allowed")
+	assert.Len(t, h.responseRecords(childT), 1, "neither went upstream")
 
 	_, err = h.store.RevokeClientKey(ctx, k.ID)
 	require.NoError(t, err)
 	code, body = post(secret, childT, b)
 	assert.Equal(t, http.StatusUnauthorized, code, "revoked keys are refused at once: %s", body)
+	code, body = post("", rootT, b)
+	assert.Equal(t, http.StatusUnauthorized, code, "revoking the last key never re-opens keyless mode: %s", body)
 }

@@ -3,7 +3,6 @@ package relay
 import (
 	"encoding/json"
 	"errors"
-	"net/http"
 
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/wire"
@@ -26,26 +25,26 @@ func isFallback(a store.Account) bool {
 	return false
 }
 
-// inGroup reports whether a belongs to the group this request selects from:
+// inGroup reports whether a belongs to the group this plan selects from:
 // the fallback group once it fell back, the pool otherwise.
-func (c *call) inGroup(a store.Account) bool { return isFallback(a) == c.fallback }
+func (p plan) inGroup(a store.Account) bool { return isFallback(a) == p.fallback }
 
-// fallBack switches the request to the fallback group after selection found
-// the pool exhausted (err is a NoAccountError). It happens once per request,
-// and only when the fallback group has an account in the key's scope. With a
-// fallback model configured, the request asks for it.
-func (s *Server) fallBack(c *call, err error) bool {
-	var none *NoAccountError
-	if c.fallback || !errors.As(err, &none) || !c.fallbackInScope {
-		return false
+// fallBack returns the plan in the fallback group after selection found the
+// pool exhausted (err is a noAccountError). It happens once per request,
+// and only when the fallback group has an account in the key's scope. With
+// a fallback model configured, the request asks for it.
+func (s *Server) fallBack(p plan, ch choice, err error) (plan, bool) {
+	var none *noAccountError
+	if p.fallback || !errors.As(err, &none) || !ch.fallbackInScope {
+		return p, false
 	}
-	c.fallback, c.recovery = true, RecoveryFallback
+	p.fallback, p.recovery = true, RecoveryFallback
 	if m := s.cfg.FallbackModel; m != "" {
-		if b, ok := setModel(c.body, m); ok {
-			c.body, c.fields.Model = b, m
+		if b, ok := setModel(p.body, m); ok {
+			p.body, p.model = b, m
 		}
 	}
-	return true
+	return p, true
 }
 
 // setModel replaces the body's model.
@@ -60,27 +59,17 @@ func setModel(body []byte, model string) ([]byte, bool) {
 	return out, err == nil
 }
 
-// fallbackNotice is what the client is told when the fallback served.
-func (c *call) fallbackNotice(t Target) string {
-	if !c.fallback {
+// fallbackNotice is what the client is told when the fallback served: the
+// account's label and the model; "" when it did not.
+func (p plan) fallbackNotice(t target) string {
+	if !p.fallback {
 		return ""
 	}
-	return t.Account.Label + " (" + c.fields.Model + ")"
-}
-
-// noticeHeaders sets the fallback header on an answer.
-func (c *call) noticeHeaders(h http.Header, t Target) {
-	if n := c.fallbackNotice(t); n != "" {
-		h.Set(FallbackHeader, n)
-	}
+	return t.Account.Label + " (" + p.model + ")"
 }
 
 // noticeEvent is the response.metadata event that tells a streaming client
-// the fallback served; nil when it did not.
-func (c *call) noticeEvent(t Target) []byte {
-	n := c.fallbackNotice(t)
-	if n == "" {
-		return nil
-	}
-	return mustJSON(map[string]any{"type": wire.EventResponseMetadata, "headers": map[string]string{"x-codex-relay-fallback": n}})
+// the fallback served.
+func noticeEvent(notice string) []byte {
+	return mustJSON(map[string]any{"type": wire.EventResponseMetadata, "headers": map[string]string{"x-codex-relay-fallback": notice}})
 }

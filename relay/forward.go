@@ -81,36 +81,36 @@ func (s *Server) hopSender(r *http.Request, body []byte) string {
 	return from
 }
 
-func leaseKey(c *call) string { return c.client.scope() + "\x00" + string(c.ident.Key) }
+func leaseKey(r *request) string { return r.client.scope() + "\x00" + string(r.ident.Key) }
 
-// forward serves c from the replica holding its thread's lease, when that
+// forward serves req from the replica holding its thread's lease, when that
 // is another live replica; it reports whether it did (the client has its
 // answer). A request this replica should serve, or whose holder cannot be
 // reached, is left to the caller.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) bool {
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, req *request) bool {
 	rc := s.cfg.Replica
-	if c.sub != "" || s.pool == nil || c.ident.Key == "" || s.cfg.Store == nil || len(rc.HopKey) == 0 || rc.Address == "" {
+	if req.sub != "" || s.cfg.DisableBridge || req.ident.Key == "" || s.cfg.Store == nil || len(rc.HopKey) == 0 || rc.Address == "" {
 		return false
 	}
 	now := s.cfg.Now()
-	// c.hopFrom is set when another replica forwarded c (verified on
+	// req.hopFrom is set when another replica forwarded c (verified on
 	// arrival): it is served here whatever the lease says, never forwarded
 	// again.
-	if t, ok := s.leased.Load(leaseKey(c)); ok && now.Sub(t.(time.Time)) < leaseRenewal {
+	if t, ok := s.leased.Load(leaseKey(req)); ok && now.Sub(t.(time.Time)) < leaseRenewal {
 		return false // held here and renewed lately; a live replica keeps its leases
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	lease, err := s.cfg.Store.LeaseLane(ctx, string(c.ident.Key), c.client.scope(), rc.ID, s.ReplicaLiveSince())
+	lease, err := s.cfg.Store.LeaseLane(ctx, string(req.ident.Key), req.client.scope(), rc.ID, s.ReplicaLiveSince())
 	cancel()
 	if err != nil {
 		s.log.Warn("lane lease", "err", err)
 		return false
 	}
 	if lease.ReplicaID == rc.ID {
-		s.leased.Store(leaseKey(c), now)
+		s.leased.Store(leaseKey(req), now)
 		return false
 	}
-	if c.hopFrom != "" || lease.Address == "" || lease.Address == rc.Address {
+	if req.hopFrom != "" || lease.Address == "" || lease.Address == rc.Address {
 		// Forwarded here (the lease moved meanwhile), a holder that takes no
 		// forwards, or this very address (a crashed predecessor whose
 		// heartbeat has not lapsed yet): serve here.
@@ -128,13 +128,13 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) bool {
 			pr.Out.Host = target.Host
 			// The body as read here: decompressed, so its encoding goes.
 			pr.Out.Body = http.NoBody
-			if len(c.body) > 0 {
-				pr.Out.Body = io.NopCloser(bytes.NewReader(c.body))
+			if len(req.body) > 0 {
+				pr.Out.Body = io.NopCloser(bytes.NewReader(req.body))
 			}
-			pr.Out.ContentLength = int64(len(c.body))
+			pr.Out.ContentLength = int64(len(req.body))
 			pr.Out.Header.Del("Content-Encoding")
 			pr.Out.Header.Del("Content-Length")
-			pr.Out.Header.Set(HeaderHop, signHop(rc.HopKey, rc.ID, now, r.Method, r.URL.Path, c.body))
+			pr.Out.Header.Set(HeaderHop, signHop(rc.HopKey, rc.ID, now, r.Method, r.URL.Path, req.body))
 		},
 		Transport:     s.hop,
 		FlushInterval: -1, // events reach the client as they come

@@ -39,16 +39,20 @@ func BenchmarkForwardEvent(b *testing.B) {
 	const deltas = 1000
 	stream := sseStream(deltas)
 	s := New(Config{Store: nil})
-	c := &call{id: "req_bench", transport: "http"} // no thread key: nothing is bound or cached
-	ch := choice{target: Target{Account: store.Account{ID: "acc_bench"}}}
+	r := &request{id: "req_bench", transport: "http"} // no thread key: nothing is bound or cached
+	ch := choice{target: target{Account: store.Account{ID: "acc_bench"}}}
+	ctx := context.Background()
 	b.ReportAllocs()
 	b.SetBytes(int64(len(stream)) / (deltas + 4))
 	b.ResetTimer()
 	for i := 0; i < b.N; i += deltas + 4 {
 		src := newHTTPSource(bytes.NewReader(stream), func() {})
-		_, out, _ := s.relaySSE(context.Background(), newSSEOut(&discardWriter{h: http.Header{}}), c, ch, src, http.Header{}, nil, nil)
-		if out.Action != ActionDone {
-			b.Fatalf("stream ended %v", out)
+		cl := s.newSSEClient(&discardWriter{h: http.Header{}})
+		cl.r = r
+		h := &head{}
+		end := s.pump(ctx, r, "acc_bench", src, cl, h, func(tr *tracker) { s.settle(ctx, r, ch, h, tr, nil) })
+		if !end.facts.Completed {
+			b.Fatalf("stream ended %+v", end.facts)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -188,7 +189,12 @@ type wsClient struct {
 
 func (h *harness) dialWS(session, thread string) *wsClient {
 	h.t.Helper()
-	hdr := http.Header{}
+	return h.dialWSWith(session, thread, http.Header{})
+}
+
+// dialWSWith is dialWS with extra handshake headers (a client key).
+func (h *harness) dialWSWith(session, thread string, hdr http.Header) *wsClient {
+	h.t.Helper()
 	if session != "" {
 		hdr.Set("session-id", session)
 	}
@@ -248,4 +254,24 @@ func userMessage(text string) map[string]any {
 
 func storeFilterThread(thread string) store.AttemptFilter {
 	return store.AttemptFilter{ThreadID: thread}
+}
+
+// testClock is a clock a test moves by hand. Safe for concurrent use.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newTestClock(t time.Time) *testClock { return &testClock{t: t} }
+
+func (c *testClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *testClock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// readAllString reads and closes an answer's body.
+func readAllString(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
 }

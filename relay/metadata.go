@@ -82,19 +82,6 @@ func member(body []byte, name string) (keyStart, start, end int, ok bool) {
 	}
 }
 
-// turnStateFor decides whether the client's turn state may go to account:
-// only when that account issued it upstream (never one the relay made up).
-func (s *Server) turnStateFor(c *call, account string) bool {
-	if c.turnState == "" {
-		return true
-	}
-	if c.turnStateReleased {
-		return false
-	}
-	o, ok := s.owners.get(turnStateKey(c.turnState))
-	return ok && !o.proxy && o.account == account
-}
-
 // withoutMember removes a top-level member of a JSON object body, keeping
 // every other byte; the body is returned unchanged when it has no such member.
 func withoutMember(body []byte, name string) []byte {

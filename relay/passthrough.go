@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 )
@@ -15,7 +16,7 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ch, ok := s.chooseOrAnswer(ctx, w, &call{client: cl, ident: ident, header: r.Header})
+	ch, ok := s.chooseOrAnswer(ctx, w, &request{client: cl, ident: ident, header: r.Header})
 	if !ok {
 		return
 	}
@@ -23,9 +24,9 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 	if r.URL.RawQuery != "" {
 		url += "?" + r.URL.RawQuery
 	}
-	resp, err := s.cfg.Upstream.Get(ctx, ch.target, url, r.Header)
+	resp, err := s.cfg.Upstream.get(ctx, ch.target, url, r.Header)
 	if err != nil {
-		writeError(w, http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"})
+		s.upstreamUnreachable(w, ch, err)
 		return
 	}
 	defer resp.Body.Close()
@@ -49,29 +50,28 @@ func (s *Server) serveGoal(w http.ResponseWriter, r *http.Request, op string) {
 	if !ok {
 		return
 	}
-	body, err := readBody(r, 1<<20)
+	body, err := s.readRequestBody(w, r, 1<<20)
 	if err != nil {
-		a := bodyAnswer(err)
-		writeError(w, a.Status, a.Err)
+		s.writeFailure(w, err)
 		return
 	}
 	var p goalPayload
 	if err := json.Unmarshal(body, &p); err != nil {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: "the goal payload is not valid JSON"})
+		s.writeFailure(w, refuse(http.StatusBadRequest, "invalid_json", "the goal payload is not valid JSON"))
 		return
 	}
 	ident, err := ParseGoalIdentity(r.Header, p.ThreadID)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_thread_id", Message: err.Error()})
+		s.writeFailure(w, refuse(http.StatusBadRequest, "invalid_thread_id", err.Error()))
 		return
 	}
-	ch, ok := s.chooseOrAnswer(ctx, w, &call{client: cl, ident: ident, header: r.Header})
+	ch, ok := s.chooseOrAnswer(ctx, w, &request{client: cl, ident: ident, header: r.Header})
 	if !ok {
 		return
 	}
-	resp, err := s.cfg.Upstream.Post(ctx, ch.target, ch.target.URL("/thread/goal/"+op), r.Header, body)
+	resp, err := s.cfg.Upstream.post(ctx, ch.target, ch.target.URL("/thread/goal/"+op), r.Header, body)
 	if err != nil {
-		writeError(w, http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"})
+		s.upstreamUnreachable(w, ch, err)
 		return
 	}
 	defer resp.Body.Close()
@@ -80,21 +80,32 @@ func (s *Server) serveGoal(w http.ResponseWriter, r *http.Request, op string) {
 
 // chooseOrAnswer selects an account for a one-shot request (models, goals)
 // and answers the client itself when none can serve.
-func (s *Server) chooseOrAnswer(ctx context.Context, w http.ResponseWriter, c *call) (choice, bool) {
-	ch, err := s.choose(ctx, c, nil, "")
+func (s *Server) chooseOrAnswer(ctx context.Context, w http.ResponseWriter, r *request) (choice, bool) {
+	ch, err := s.choose(ctx, r, plan{}, map[string]bool{}, "")
 	if err != nil {
-		a := selectionAnswer(err, s.cfg.Now())
-		writeError(w, a.Status, a.Err)
+		s.writeFailure(w, err)
 		return choice{}, false
 	}
 	return ch, true
+}
+
+// upstreamUnreachable answers a one-shot request whose upstream could not
+// be reached: the cause goes to the log, the client gets a plain sentence.
+func (s *Server) upstreamUnreachable(w http.ResponseWriter, ch choice, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	s.log.Warn("upstream unreachable", "account", ch.target.Account.ID, "err", err)
+	f := failUnreachable()
+	writeError(w, f.status, f.err)
 }
 
 // copyAnswer relays a small upstream answer (bounded) with its status.
 func copyAnswer(w http.ResponseWriter, resp *http.Response) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		writeError(w, http.StatusBadGateway, apiError{Type: "server_error", Message: "the upstream answer broke off"})
+		f := failInterrupted()
+		writeError(w, f.status, f.err)
 		return
 	}
 	passHeaders(w.Header(), resp.Header)

@@ -1,11 +1,11 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"errors"
-
 	"io"
-	"net/http"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -14,40 +14,8 @@ import (
 	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
-// laneEnd is how one request's events on a lane ended.
-type laneEnd struct {
-	tr         tracker
-	out        Outcome
-	final      []byte // the event that ends the request for the client, when it was not sent
-	committed  bool   // something reached the client
-	firstEvent time.Duration
-	status     int
-	code       string
-	detail     string
-	// sameAccount: the upstream retired the connection before any work; a
-	// fresh lane on the same account may take the request.
-	sameAccount bool
-	// broken: the lane must not serve again (cut, stalled, cancelled
-	// mid-request, or its account failed).
-	broken    bool
-	clientErr error // the client could not be written to
-}
-
-// emitFunc forwards one upstream event to the client; tr is the tracker
-// after the event.
-type emitFunc func(typ string, data []byte, tr *tracker) error
-
-// settleFunc records a completed response (bindings, owners, continuity,
-// the lane's state) before its terminal event reaches the client, which may
-// send its next request the moment it reads it.
-type settleFunc func(tr *tracker)
-
-// pumpLane reads one request's events from a lane and forwards them. Events
-// before the first semantic one are held back, so a failure before any work
-// can move the request unseen; a lane that goes quiet is detected by the
-// idle deadline, not by the client's patience.
 // eventSource yields one request's upstream events, pulled one at a time
-// by pumpLane (the only caller), so forwarding an event costs no hand-off
+// by pump (the only caller), so forwarding an event costs no hand-off
 // between goroutines.
 type eventSource interface {
 	// Next returns the next event's payload, valid until the next call. It
@@ -133,8 +101,31 @@ func (s *httpSource) stop() {
 	}
 }
 
-func (s *Server) pumpLane(ctx context.Context, c *call, account string, l eventSource, emit emitFunc, settle settleFunc) laneEnd {
-	var end laneEnd
+// pumpEnd is how one attempt's stream ended: the facts for classify, and
+// what the attempt needs to finish (the terminal event not yet sent, the
+// lane's health).
+type pumpEnd struct {
+	facts      attemptEnd
+	tr         tracker
+	final      []byte // the terminal event the client has not been sent (a failure before any output)
+	firstEvent time.Duration
+	detail     string
+	// broken: the lane must not serve again (cut, stalled, or the client
+	// left mid-answer with the upstream still sending).
+	broken bool
+	// tooLarge: the upstream closed the connection on the message's size.
+	tooLarge bool
+}
+
+// pump reads one request's events from src and forwards them to cl. Events
+// before the first semantic one are held back, so a failure before any
+// work can move the request unseen; a stream that goes quiet is caught by
+// the idle deadline, not by the client's patience. settle records a
+// completed response before its terminal event reaches the client, which
+// may send its next request the moment it reads it.
+func (s *Server) pump(ctx context.Context, r *request, account string, src eventSource, cl clientStream, h *head, settle func(*tracker)) pumpEnd {
+	var end pumpEnd
+	h.tr = &end.tr
 	// Usage windows reported in the stream (codex.rate_limits) update the
 	// account, as the HTTP headers do: with the turn's other records, before
 	// its terminal event, or when the stream ends otherwise.
@@ -151,114 +142,95 @@ func (s *Server) pumpLane(ctx context.Context, c *call, account string, l eventS
 		data []byte
 	}
 	var pending []held
-	toucher := s.newToucher(c)
-	defer l.stop()
-	flush := func() error {
-		if !end.committed {
-			end.committed = true
-			end.firstEvent = s.cfg.Now().Sub(c.start)
-		}
-		for _, h := range pending {
-			if err := emit(h.typ, h.data, &end.tr); err != nil {
-				return err
+	toucher := s.newToucher(r)
+	defer src.stop()
+	committed := false
+	send := func(typ string, data []byte) error {
+		if !committed {
+			committed = true
+			end.firstEvent = s.cfg.Now().Sub(r.start)
+			for _, e := range pending {
+				if err := cl.send(h, e.typ, e.data); err != nil {
+					return err
+				}
 			}
+			pending = nil
 		}
-		pending = pending[:0]
-		return nil
+		return cl.send(h, typ, data)
+	}
+	clientGone := func(err error) pumpEnd {
+		end.broken, end.detail = true, "client: "+err.Error()
+		end.facts = attemptEnd{Now: s.cfg.Now(), Committed: committed, Cancelled: true, ClientStalled: errors.Is(err, os.ErrDeadlineExceeded)}
+		return end
 	}
 	for {
-		data, err := l.Next(ctx, s.cfg.StreamIdleTimeout)
+		data, err := src.Next(ctx, s.cfg.StreamIdleTimeout)
 		switch {
 		case errors.Is(err, errStall):
 			end.broken, end.detail = true, errStall.Error()
-			return s.endBroken(c, end, AttemptEnd{Now: s.cfg.Now(), Stalled: true, Transport: errStall, WorkObserved: end.tr.work})
+			end.facts = attemptEnd{Now: s.cfg.Now(), Stalled: true, Transport: errStall, Committed: committed}
+			return s.endBroken(r, end, cl, h, "the upstream sent nothing for "+s.cfg.StreamIdleTimeout.String())
 		case err != nil && ctx.Err() != nil:
-			end.broken = true
-			end.out = Outcome{Class: ClassCancelled, Action: ActionTerminal}
-			end.clientErr = ctx.Err()
-			return end
+			return clientGone(ctx.Err())
 		case err != nil:
 			end.broken = true
-			if !errors.Is(err, io.EOF) {
-				end.detail = err.Error()
-			} else {
+			if errors.Is(err, io.EOF) {
 				err = nil
+			} else {
+				end.detail = err.Error()
 			}
-			return s.endBroken(c, end, AttemptEnd{Now: s.cfg.Now(), StreamCut: true, Transport: err, WorkObserved: end.tr.work})
+			end.facts = attemptEnd{Now: s.cfg.Now(), StreamCut: true, Transport: err, Committed: committed}
+			end.tooLarge = isTooLarge(err)
+			return s.endBroken(r, end, cl, h, "the upstream connection ended without a terminal event")
 		}
 		typ, _ := wire.EventType(data)
 		end.tr.observe(typ, data)
 		toucher.event()
 		completed := typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete
 		if wire.IsTerminal(typ) && !completed {
-			end.out = Classify(AttemptEnd{Now: s.cfg.Now(), Status: end.tr.failStatus, Err: end.tr.failure, WorkObserved: end.tr.work})
-			end.status, end.code = end.tr.failStatus, errCode(end.tr.failure)
-			end.final = append([]byte(nil), data...) // the source may reuse its buffer
-			if end.tr.failure != nil && end.tr.failure.Code == wire.CodeWebSocketConnectionLimitReached && !end.committed {
-				end.out = Outcome{Class: ClassTransport, Action: ActionNext}
-				end.sameAccount, end.broken = true, true
-				return end
-			}
-			if end.out.Action == ActionNext && !end.committed {
-				end.broken = end.out.Penalty != nil
-				return end
-			}
-			if !end.committed {
+			// The upstream answered with an error of its own; the connection
+			// and its chain are still sound.
+			end.facts = attemptEnd{Now: s.cfg.Now(), Status: end.tr.failStatus, Err: end.tr.failure, Committed: committed}
+			if !committed {
 				// A failure before any work: nothing is sent yet, so the
-				// caller may still recover (strip ciphertext, move) or pass
+				// request may still recover (strip ciphertext, move) or pass
 				// the failure on; the held bookkeeping events are dropped.
-				end.out.Action = ActionTerminal
+				end.final = bytes.Clone(data) // the source may reuse its buffer
 				return end
 			}
-			if err := flush(); err != nil {
-				end.clientErr, end.out = err, Outcome{Class: ClassCancelled, Action: ActionTerminal}
-				return end
+			if err := send(typ, data); err != nil {
+				return clientGone(err)
 			}
-			// The upstream answered the request with an error of its own;
-			// the connection and its chain are still sound.
-			end.out.Action = ActionTerminal
 			return end
 		}
-		if !end.committed && !end.tr.work && !completed {
-			pending = append(pending, held{typ, append([]byte(nil), data...)}) // a copy: the source may reuse its buffer
+		if !committed && !end.tr.work && !completed {
+			pending = append(pending, held{typ, bytes.Clone(data)}) // a copy: the source may reuse its buffer
 			continue
 		}
 		if completed {
 			foldLimits()
 			settle(&end.tr)
 		}
-		err = flush() // the held events, then this one
-		if err == nil {
-			err = emit(typ, data, &end.tr)
-		}
-		if err != nil {
-			end.clientErr, end.broken = err, true
-			end.out = Outcome{Class: ClassCancelled, Action: ActionTerminal}
-			return end
+		if err := send(typ, data); err != nil {
+			return clientGone(err)
 		}
 		if completed {
-			end.status = http.StatusOK
-			end.out = Outcome{Class: ClassOK, Action: ActionDone}
+			end.facts = attemptEnd{Now: s.cfg.Now(), Completed: true, Committed: true}
 			return end
 		}
 	}
 }
 
-// endBroken ends an attempt whose lane broke or went quiet: before any work
-// it may move on; after, the client gets a terminal event.
-func (s *Server) endBroken(c *call, end laneEnd, e AttemptEnd) laneEnd {
-	end.out = Classify(e)
-	if end.out.Action == ActionNext && !end.committed {
-		end.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_stream_interrupted", Message: "the upstream connection ended before any output"})
+// endBroken ends an attempt whose stream broke or went quiet. Before any
+// output the request may move, and the client has been sent nothing; after
+// output, the client gets a response.failed event now (Codex retries it).
+func (s *Server) endBroken(r *request, end pumpEnd, cl clientStream, h *head, msg string) pumpEnd {
+	if !end.facts.Committed {
 		return end
 	}
-	end.out.Action = ActionTerminal
-	msg := "the upstream connection ended without a terminal event"
-	if e.Stalled {
-		msg = "the upstream sent nothing for " + s.cfg.StreamIdleTimeout.String()
+	if err := cl.send(h, wire.EventResponseFailed, failedEvent(end.tr.responseID, r.id, "upstream_stream_interrupted", msg)); err != nil {
+		end.detail += "; client: " + err.Error()
 	}
-	end.status = http.StatusBadGateway
-	end.final = failedEvent(end.tr.responseID, c.id, "upstream_stream_interrupted", msg)
 	return end
 }
 
@@ -275,8 +247,8 @@ type toucher struct {
 	last time.Time
 }
 
-func (s *Server) newToucher(c *call) *toucher {
-	return &toucher{s: s, key: c.contKey(), on: c.ident.Key != "", last: s.cfg.Now()}
+func (s *Server) newToucher(r *request) *toucher {
+	return &toucher{s: s, key: r.contKey(), on: r.ident.Key != "", last: s.cfg.Now()}
 }
 
 // event notes one event; it touches the entry at most every touchEvery.

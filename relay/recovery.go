@@ -16,9 +16,9 @@ const (
 	RecoveryRetired   = "owner_retired"      // a goal restart retired an unavailable owner
 )
 
-// MaxMismatchSwitches caps how many other accounts one request's rejected
+// maxMismatchSwitches caps how many other accounts one request's rejected
 // ciphertext is offered to (seed 000), inside the request's switch budget.
-const MaxMismatchSwitches = 3
+const maxMismatchSwitches = 3
 
 // ciphertextStep is what to do after an account rejected a request's
 // ciphertext.
@@ -47,7 +47,7 @@ type ciphertextCase struct {
 // account cannot read first strips reasoning ciphertext and retries once on
 // the same account; if nothing could be stripped, or the stripped retry is
 // rejected the same way, the unchanged request goes to another account (at
-// most MaxMismatchSwitches times, within the budget), with no health penalty.
+// most maxMismatchSwitches times, within the budget), with no health penalty.
 // Never a mismatch: recovery off, output committed, cancelled, an account
 // status (401/402/403/407/429), or a chained request.
 func decideCiphertext(c ciphertextCase) ciphertextStep {
@@ -58,7 +58,7 @@ func decideCiphertext(c ciphertextCase) ciphertextStep {
 		return stepTerminal
 	case c.Strippable && !c.StrippedSent:
 		return stepStripRetry
-	case c.Mismatches >= MaxMismatchSwitches:
+	case c.Mismatches >= maxMismatchSwitches:
 		return stepTerminal
 	}
 	return stepNextAccount
@@ -80,64 +80,52 @@ func strippedBody(body []byte, input []json.RawMessage) ([]byte, []json.RawMessa
 
 // ciphertextRecovery carries one request's recovery state across attempts.
 type ciphertextRecovery struct {
-	on         bool
-	origBody   []byte
-	origInput  []json.RawMessage
+	on bool
+	// orig is the unchanged request as it first went in full: what every
+	// mismatch switch hands on (nil until the first rejection).
+	orig       *plan
 	stripped   map[string]bool // accounts that got the stripped retry
 	mismatches int
-	first      *failure // the first mismatch failure: what the client gets if no account accepts
+	// first is the first mismatch failure: what the client gets if no
+	// account accepts.
+	first *failure
 }
 
-func newCiphertextRecovery(on bool, c *call) *ciphertextRecovery {
-	return &ciphertextRecovery{on: on, origBody: c.body, origInput: c.fields.Input, stripped: map[string]bool{}}
+func newCiphertextRecovery(on bool) *ciphertextRecovery {
+	return &ciphertextRecovery{on: on, stripped: map[string]bool{}}
 }
 
-// after decides the next step after an attempt on account ended with a
-// ciphertext rejection f, and prepares c for it: the stripped body for a
-// retry on the same account, the unchanged request for another account.
-func (r *ciphertextRecovery) after(c *call, account string, f *failure, status int, committed, cancelled bool, budgetLeft int) ciphertextStep {
-	_, _, strippable := strippedBody(c.body, c.fields.Input)
-	step := decideCiphertext(ciphertextCase{RecoveryOn: r.on, Committed: committed, Cancelled: cancelled, Status: status,
-		Chained: c.fields.PreviousResponseID != "" || c.fields.Conversation, Strippable: strippable,
-		StrippedSent: r.stripped[account], Mismatches: r.mismatches, BudgetLeft: budgetLeft})
+// next decides what follows account's rejection of p's ciphertext and
+// returns the plan for it: the stripped body on the same account, or the
+// unchanged request for another account (which the caller excludes). ok is
+// false when the client gets the failure (the first mismatch failure when
+// there was one: see first). sentFull says the rejected attempt sent p in
+// full (a chain's history was in its body, so it can move).
+func (rc *ciphertextRecovery) next(p plan, account string, f *failure, status int, committed, cancelled, sentFull, conversation bool, budgetLeft int) (next plan, step ciphertextStep) {
+	full, known := p.full()
+	chained := !sentFull || !known || conversation
+	_, _, strippable := strippedBody(full.body, full.input)
+	step = decideCiphertext(ciphertextCase{RecoveryOn: rc.on, Committed: committed, Cancelled: cancelled, Status: status,
+		Chained: chained, Strippable: strippable, StrippedSent: rc.stripped[account], Mismatches: rc.mismatches, BudgetLeft: budgetLeft})
+	if step != stepTerminal && rc.orig == nil {
+		o := full
+		rc.orig = &o
+	}
 	switch step {
 	case stepStripRetry:
-		body, input, _ := strippedBody(c.body, c.fields.Input)
-		c.body, c.fields.Input = body, input
-		r.stripped[account] = true
-		c.force, c.recovery = account, RecoveryReasoning
+		body, input, _ := strippedBody(full.body, full.input)
+		full.body, full.input = body, input
+		rc.stripped[account] = true
+		full.force, full.recovery = account, RecoveryReasoning
+		return full, step
 	case stepNextAccount:
-		if r.first == nil {
-			r.first = f
+		if rc.first == nil {
+			rc.first = f
 		}
-		r.mismatches++
-		c.body, c.fields.Input = r.origBody, r.origInput
-		c.force, c.recovery = "", RecoveryMismatch
+		rc.mismatches++
+		o := *rc.orig
+		o.force, o.recovery = "", RecoveryMismatch
+		return o, step
 	}
-	return step
-}
-
-// retry applies after to a rejection on account and reports whether the
-// request goes on (the same account stripped, or another one, which it then
-// excludes); false: the client gets the failure (the first mismatch failure
-// when there was one: see first).
-func (r *ciphertextRecovery) retry(c *call, account string, f *failure, status int, committed, cancelled bool, budgetLeft int, exclude map[string]bool) bool {
-	switch r.after(c, account, f, status, committed, cancelled, budgetLeft) {
-	case stepStripRetry:
-		return true
-	case stepNextAccount:
-		exclude[account] = true
-		return true
-	}
-	return false
-}
-
-// moveIsFailover reports whether a move to another account is an ordinary
-// failover, rather than a step of a more specific recovery already named.
-func (c *call) moveIsFailover() bool {
-	switch c.recovery {
-	case RecoveryMismatch, RecoveryFallback, RecoveryRetired:
-		return false
-	}
-	return true
+	return p, step
 }

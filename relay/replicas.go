@@ -155,13 +155,10 @@ func (s *Server) applyAnnouncement(a store.Announcement) {
 	case store.AnnounceResync:
 		// A reset announced while the connection was down went unheard: let
 		// no lane here keep a thread on an account it was reset from. Idle
-		// lanes close; client WebSockets rebuild on a fresh lane.
-		closed := 0
-		if s.pool != nil {
-			closed = s.pool.CloseIdle()
-		}
-		s.registry.each(func(ws *wsSession) { ws.requestLaneReset() })
-		s.log.Warn("announcements resumed after a lost connection: lanes dropped in case a reset was missed", "bridge_lanes_closed", closed)
+		// lanes close now, busy ones at the end of their turn; each thread's
+		// next request is placed afresh.
+		closed := s.pool.RetireAll()
+		s.log.Warn("announcements resumed after a lost connection: lanes retired in case a reset was missed", "lanes_closed", closed)
 	}
 }
 
@@ -189,20 +186,12 @@ func (s *Server) Forget(reset []store.Binding) {
 	}
 }
 
-// forgetLocal drops this replica's continuity and lanes for threads.
+// forgetLocal drops this replica's continuity and lanes for threads: the
+// thread's bridge lane and every client WebSocket's lane of it, each at its
+// turn boundary, never mid-turn.
 func (s *Server) forgetLocal(threads []store.ThreadRef) {
-	keys := map[continuity.Key]bool{}
 	for _, t := range threads {
-		k := continuity.Key{Thread: t.Key, Scope: t.Scope}
-		keys[k] = true
-		s.conts.Drop(k)
-		if s.pool != nil {
-			s.pool.Forget(bridge.Key{Thread: t.Key, Scope: t.Scope})
-		}
+		s.conts.Drop(continuity.Key{Thread: t.Key, Scope: t.Scope})
+		s.pool.Forget(bridge.Key{Thread: t.Key, Scope: t.Scope})
 	}
-	s.registry.each(func(ws *wsSession) {
-		if keys[continuity.Key{Thread: string(ws.ident.Key), Scope: ws.client.scope()}] {
-			ws.requestLaneReset()
-		}
-	})
 }

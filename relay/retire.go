@@ -23,7 +23,7 @@ const retireScope = "process_session:goal_restart"
 
 // retireCase is what the retirement rule looks at.
 type retireCase struct {
-	Source         HardSource
+	Source         hardSource
 	OwnerStatus    store.Status
 	OwnerInScope   bool // the owner lies inside the client key's account scope
 	GoalMarker     bool // the request carries the goal-continuation marker
@@ -37,7 +37,7 @@ type retireCase struct {
 // request that is self-contained and account-neutral. Turn-state,
 // previous-response and lane owners never are.
 func mayRetire(c retireCase) bool {
-	if c.Source != HardRawSession || !c.OwnerInScope || !c.GoalMarker || !c.SelfContained || !c.AccountNeutral {
+	if c.Source != hardSessionPin || !c.OwnerInScope || !c.GoalMarker || !c.SelfContained || !c.AccountNeutral {
 		return false
 	}
 	for _, st := range retirable {
@@ -81,12 +81,12 @@ func hasGoalMarker(input []json.RawMessage) bool {
 // retireOwner applies the goal-restart retirement after selection failed
 // with an unavailable owner: when the rule allows it and the compare-and-set
 // wins, the owner is excluded from the rest of this selection (even if it
-// read a stale snapshot) and true is returned; otherwise the request fails
+// read a stale snapshot) and the plan names the recovery; otherwise the request fails
 // closed as before.
-func (s *Server) retireOwner(ctx context.Context, c *call, ch choice, err error, exclude map[string]bool) bool {
-	var ou *OwnerUnavailableError
+func (s *Server) retireOwner(ctx context.Context, r *request, p plan, ch choice, err error, exclude map[string]bool) (plan, bool) {
+	var ou *ownerUnavailableError
 	if !errors.As(err, &ou) {
-		return false
+		return p, false
 	}
 	var pin *store.Binding
 	for i, b := range ch.rows {
@@ -96,20 +96,20 @@ func (s *Server) retireOwner(ctx context.Context, c *call, ch choice, err error,
 	}
 	if pin == nil || !mayRetire(retireCase{
 		Source: ou.Source, OwnerStatus: ou.Account.Status, OwnerInScope: ou.InScope,
-		GoalMarker: hasGoalMarker(c.fields.Input), SelfContained: continuity.SelfContained(c.fields),
-		AccountNeutral: c.turnState == "" || c.turnStateReleased,
+		GoalMarker: hasGoalMarker(r.fields.Input), SelfContained: continuity.SelfContained(r.fields),
+		AccountNeutral: r.turnState == "" || p.released,
 	}) {
-		return false
+		return p, false
 	}
 	ok, rerr := s.cfg.Store.RetireOwner(ctx, pin.ID, ou.Account.ID, retirable, retireScope)
 	if rerr != nil {
 		s.log.Warn("retire owner", "binding", pin.ID, "err", rerr)
-		return false
+		return p, false
 	}
 	if !ok {
-		return false // a concurrent recovery or owner change won
+		return p, false // a concurrent recovery or owner change won
 	}
 	exclude[ou.Account.ID] = true
-	c.recovery = RecoveryRetired
-	return true
+	p.recovery = RecoveryRetired
+	return p, true
 }

@@ -11,7 +11,7 @@ import (
 
 func TestMayRetire(t *testing.T) {
 	t.Parallel()
-	ok := retireCase{Source: HardRawSession, OwnerStatus: store.StatusRateLimited, OwnerInScope: true, GoalMarker: true, SelfContained: true, AccountNeutral: true}
+	ok := retireCase{Source: hardSessionPin, OwnerStatus: store.StatusRateLimited, OwnerInScope: true, GoalMarker: true, SelfContained: true, AccountNeutral: true}
 	with := func(f func(*retireCase)) retireCase { c := ok; f(&c); return c }
 	cases := []struct {
 		name string
@@ -27,10 +27,9 @@ func TestMayRetire(t *testing.T) {
 		{"owner outside the key's scope", with(func(c *retireCase) { c.OwnerInScope = false }), false},
 		{"re-auth required is not durable unavailability", with(func(c *retireCase) { c.OwnerStatus = store.StatusReauthRequired }), false},
 		{"disabled", with(func(c *retireCase) { c.OwnerStatus = store.StatusDisabled }), false},
-		{"turn-state owners are never retired", with(func(c *retireCase) { c.Source = HardTurnState }), false},
-		{"previous-response owners are never retired", with(func(c *retireCase) { c.Source = HardPreviousResponse }), false},
-		{"lane owners are never retired", with(func(c *retireCase) { c.Source = HardLane }), false},
-		{"thread pins are not process-session rows", with(func(c *retireCase) { c.Source = HardRawThread }), false},
+		{"turn-state owners are never retired", with(func(c *retireCase) { c.Source = hardTurnState }), false},
+		{"previous-response owners are never retired", with(func(c *retireCase) { c.Source = hardPreviousResponse }), false},
+		{"thread pins are not process-session rows", with(func(c *retireCase) { c.Source = hardThreadPin }), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, mayRetire(tc.c)) })

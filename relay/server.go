@@ -32,6 +32,14 @@ type Config struct {
 	StreamIdleTimeout time.Duration
 	// MaxBodyBytes bounds a request body after decompression. Default 64 MiB.
 	MaxBodyBytes int64
+	// BodyReadTimeout bounds reading a client request's body (large
+	// histories take a while on slow links; a client that trickles its body
+	// is cut). Default 2m.
+	BodyReadTimeout time.Duration
+	// ClientWriteTimeout bounds one write to a client on either transport:
+	// a client that stops reading is let go, and the account slot and lane
+	// its request held with it. Default 15s.
+	ClientWriteTimeout time.Duration
 	// MaxAttempts bounds how many accounts one request may try. Default 4.
 	MaxAttempts int
 	// Continuity is the thread-scoped replay cache; one is made when nil.
@@ -46,8 +54,9 @@ type Config struct {
 	// DisableRecovery switches off reasoning recovery and ciphertext
 	// mismatch switching (seed 000); a rejection then goes to the client.
 	DisableRecovery bool
-	// Bridge tunes the HTTP bridge's lanes; DisableBridge serves HTTP
-	// clients over plain HTTP upstream requests instead.
+	// Bridge tunes the upstream lanes (the HTTP bridge's and client
+	// WebSockets'); DisableBridge serves HTTP clients over plain HTTP
+	// upstream requests instead.
 	Bridge        bridge.PoolConfig
 	DisableBridge bool
 	// Replica names this process among the replicas sharing the database
@@ -74,8 +83,8 @@ type Server struct {
 	conts   *continuity.Cache // thread-scoped history
 	// inflight counts requests under way per account id on this replica.
 	inflight sync.Map // string -> *atomic.Int64
-	registry sessionRegistry
-	// pool holds the HTTP bridge's lanes; nil when the bridge is off.
+	// pool holds every upstream lane: the HTTP bridge's and each client
+	// WebSocket's, under one cap per account.
 	pool     *bridge.Pool
 	httpOnly httpOnly
 	// sessions are the live client WebSocket sessions; Close ends them
@@ -119,6 +128,12 @@ func New(cfg Config) *Server {
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 4
 	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = 2 * time.Minute
+	}
+	if cfg.ClientWriteTimeout <= 0 {
+		cfg.ClientWriteTimeout = clientWriteTimeout
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -141,18 +156,16 @@ func New(cfg Config) *Server {
 		hop: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute},
 	}
-	if !cfg.DisableBridge {
-		pc := cfg.Bridge
-		if pc.Now == nil {
-			pc.Now = cfg.Now
-		}
-		pc.OnEvent = func(e string) { s.metrics.lanes.WithLabelValues(e).Inc() }
-		s.pool = bridge.NewPool(pc)
+	pc := cfg.Bridge
+	if pc.Now == nil {
+		pc.Now = cfg.Now
 	}
+	pc.OnEvent = func(e string) { s.metrics.lanes.WithLabelValues(e).Inc() }
+	s.pool = bridge.NewPool(pc)
 	return s
 }
 
-// Bridge exposes the HTTP bridge's lane pool (nil when it is off).
+// Bridge exposes the pool of upstream lanes.
 func (s *Server) Bridge() *bridge.Pool { return s.pool }
 
 // Close ends every live WebSocket session (clients get a going-away close
@@ -162,9 +175,7 @@ func (s *Server) Close() {
 	s.close()
 	s.sessions.Wait()
 	s.hop.CloseIdleConnections()
-	if s.pool != nil {
-		s.pool.Close()
-	}
+	s.pool.Close()
 }
 
 // Continuity exposes the cache, for operators' resets.
@@ -194,10 +205,8 @@ func (s *Server) InFlight(accountID string) int { return int(s.counter(accountID
 // (heartbeat) and applies what they announce (see replicas.go).
 func (s *Server) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	if s.pool != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.pool.Run(ctx) }()
-	}
+	wg.Add(1)
+	go func() { defer wg.Done(); s.pool.Run(ctx) }()
 	if s.cfg.Store != nil {
 		wg.Add(2)
 		go func() { defer wg.Done(); s.heartbeat(ctx) }()

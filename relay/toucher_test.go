@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/continuity"
 )
@@ -26,9 +27,9 @@ func TestActiveThreadIsTouchedByItsEvents(t *testing.T) {
 	clk := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	conts := continuity.New(continuity.Options{IdleTTL: time.Hour, Now: clk.Now})
 	s := New(Config{Now: clk.Now, Continuity: conts, DisableBridge: true})
-	active := &call{ident: Identity{Key: "v1:st:active"}}
-	quiet := &call{ident: Identity{Key: "v1:st:quiet"}}
-	for _, c := range []*call{active, quiet} {
+	active := &request{ident: Identity{Key: "v1:st:active"}}
+	quiet := &request{ident: Identity{Key: "v1:st:quiet"}}
+	for _, c := range []*request{active, quiet} {
 		conts.Commit(c.contKey(), continuity.Turn{ResponseID: "r", Input: []json.RawMessage{json.RawMessage(`{"type":"message","id":"u"}`)}})
 	}
 	tch := s.newToucher(active)
@@ -64,26 +65,60 @@ func TestNeedsTouch(t *testing.T) {
 	}
 }
 
+// fakeTimer is a guard timer the test fires itself.
+type fakeTimer struct {
+	armed bool
+	d     time.Duration
+	f     func()
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool { was := t.armed; t.armed, t.d = true, d; return was }
+func (t *fakeTimer) Stop() bool                 { was := t.armed; t.armed = false; return was }
+
+// fire runs the timer's function as the runtime would when it expires.
+func (t *fakeTimer) fire() {
+	if t.armed {
+		t.armed = false
+		t.f()
+	}
+}
+
 // A write that does not finish within the timeout lets the client go; one
 // that finishes disarms the guard, unless another write is still under way.
 func TestWriteGuard(t *testing.T) {
 	t.Parallel()
-	stuck := make(chan struct{}, 4)
-	onStuck := func() { stuck <- struct{}{} }
-	g := &writeGuard{timeout: 30 * time.Millisecond}
+	var timer *fakeTimer
+	g := &writeGuard{timeout: 30 * time.Second, afterFunc: func(d time.Duration, f func()) guardTimer {
+		timer = &fakeTimer{armed: true, d: d, f: f}
+		return timer
+	}}
+	stuck := 0
+	onStuck := func() { stuck++ }
 
 	g.begin(onStuck)
+	require.NotNil(t, timer)
+	assert.True(t, timer.armed, "armed while the write is under way")
+	assert.Equal(t, 30*time.Second, timer.d)
 	g.end()
-	time.Sleep(60 * time.Millisecond)
-	assert.Empty(t, stuck, "a finished write is not stuck")
+	assert.False(t, timer.armed, "a finished write disarms it")
+	timer.fire()
+	assert.Zero(t, stuck, "a finished write is not stuck")
 
 	g.begin(onStuck)
+	assert.True(t, timer.armed, "the next write re-arms the one timer")
 	g.begin(onStuck)
-	g.end() // the other write is still under way
-	select {
-	case <-stuck:
-	case <-time.After(5 * time.Second):
-		t.Fatal("a stuck write was not caught")
-	}
 	g.end()
+	assert.True(t, timer.armed, "the other write is still under way")
+	assert.False(t, g.fired())
+	timer.fire()
+	assert.Equal(t, 1, stuck, "a stuck write lets the client go")
+	assert.True(t, g.fired(), "and the guard says so: the write failed for a stalled client")
+	g.end()
+	assert.False(t, timer.armed)
+
+	def := &writeGuard{}
+	def.afterFunc = g.afterFunc
+	def.begin(func() {})
+	assert.Equal(t, clientWriteTimeout, timer.d, "the default timeout")
+	def.end()
 }

@@ -2,12 +2,12 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -18,24 +18,24 @@ import (
 	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
-// Target is one account as the upstream client needs it.
-type Target struct {
+// target is one account as the upstream client needs it.
+type target struct {
 	Account store.Account
 	Cred    store.Credentials
 }
 
 // ResponsesURL is the account's Responses endpoint; sub is "" or "/compact".
-func (t Target) ResponsesURL(sub string) string {
+func (t target) ResponsesURL(sub string) string {
 	return strings.TrimRight(t.Account.BaseURL, "/") + "/responses" + sub
 }
 
 // URL joins a path below the account's base URL.
-func (t Target) URL(path string) string {
+func (t target) URL(path string) string {
 	return strings.TrimRight(t.Account.BaseURL, "/") + path
 }
 
 // authorize sets the account's credentials on an upstream request.
-func (t Target) authorize(h http.Header) {
+func (t target) authorize(h http.Header) {
 	switch t.Account.Kind {
 	case store.KindChatGPT:
 		h.Set("Authorization", "Bearer "+t.Cred.AccessToken)
@@ -110,8 +110,8 @@ func NewUpstream() *Upstream {
 	return &Upstream{HTTP: &http.Client{Transport: tr}, DialTimeout: 15 * time.Second}
 }
 
-// Post sends a body to url for target with the client's forwardable headers.
-func (u *Upstream) Post(ctx context.Context, t Target, url string, clientHeader http.Header, body []byte) (*http.Response, error) {
+// post sends a body to url for target with the client's forwardable headers.
+func (u *Upstream) post(ctx context.Context, t target, url string, clientHeader http.Header, body []byte) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
@@ -127,8 +127,8 @@ func (u *Upstream) Post(ctx context.Context, t Target, url string, clientHeader 
 	return resp, nil
 }
 
-// Get fetches url for target (models, goal routes use POST via Post).
-func (u *Upstream) Get(ctx context.Context, t Target, url string, clientHeader http.Header) (*http.Response, error) {
+// get fetches url for target (the models route).
+func (u *Upstream) get(ctx context.Context, t target, url string, clientHeader http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
@@ -143,8 +143,8 @@ func (u *Upstream) Get(ctx context.Context, t Target, url string, clientHeader h
 }
 
 // openLane dials an upstream WebSocket for t and starts a lane on it.
-func (s *Server) openLane(ctx context.Context, t Target, clientHeader http.Header) (*bridge.Lane, error) {
-	conn, resp, err := s.cfg.Upstream.DialWebSocket(ctx, t, clientHeader)
+func (s *Server) openLane(ctx context.Context, t target, clientHeader http.Header) (*bridge.Lane, error) {
+	conn, resp, err := s.cfg.Upstream.dialWebSocket(ctx, t, clientHeader)
 	if err != nil {
 		if resp != nil && upgradeUnsupported(resp.StatusCode) {
 			return nil, &upgradeRefusedError{status: resp.StatusCode}
@@ -181,6 +181,41 @@ func upgradeUnsupported(status int) bool {
 	return false
 }
 
+// upgradeRefusedError is an upstream that answered a WebSocket upgrade with
+// a plain HTTP status (426 and the like): it serves HTTP only.
+type upgradeRefusedError struct{ status int }
+
+func (e *upgradeRefusedError) Error() string {
+	return fmt.Sprintf("upstream refused the WebSocket upgrade with %d", e.status)
+}
+
+// httpOnly remembers accounts whose upstream refused WebSocket upgrades, so
+// their HTTP clients are served over plain HTTP for a while.
+type httpOnly struct {
+	mu    sync.Mutex
+	until map[string]time.Time // guarded by mu
+}
+
+func (h *httpOnly) mark(account string, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.until == nil {
+		h.until = map[string]time.Time{}
+	}
+	h.until[account] = until
+}
+
+func (h *httpOnly) has(account string, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	u, ok := h.until[account]
+	if ok && !now.Before(u) {
+		delete(h.until, account)
+		return false
+	}
+	return ok
+}
+
 // dialStatusError is an upgrade the upstream answered with an error status.
 type dialStatusError struct {
 	status int
@@ -194,22 +229,13 @@ func (e *dialStatusError) Error() string {
 	return fmt.Sprintf("upstream refused the WebSocket with %d", e.status)
 }
 
-// dialOutcome classifies a failed lane dial.
-func dialOutcome(now time.Time, err error, cancelled bool) (Outcome, int, *wire.Error) {
-	var de *dialStatusError
-	if errors.As(err, &de) {
-		return Classify(AttemptEnd{Now: now, Status: de.status, Err: de.err, Cancelled: cancelled}), de.status, de.err
-	}
-	return Classify(AttemptEnd{Now: now, Transport: err, Cancelled: cancelled}), 0, nil
-}
-
 // MaxMessageBytes bounds one WebSocket message in either direction. Codex's
 // first request is easily 40 KB; full rebuilt histories are far larger.
 const MaxMessageBytes = 64 << 20
 
-// DialWebSocket opens an upstream Responses WebSocket for target. The
+// dialWebSocket opens an upstream Responses WebSocket for target. The
 // returned response carries the upgrade's headers (rate limits, turn state).
-func (u *Upstream) DialWebSocket(ctx context.Context, t Target, clientHeader http.Header) (*websocket.Conn, *http.Response, error) {
+func (u *Upstream) dialWebSocket(ctx context.Context, t target, clientHeader http.Header) (*websocket.Conn, *http.Response, error) {
 	url := t.ResponsesURL("")
 	switch {
 	case strings.HasPrefix(url, "https://"):

@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -23,64 +23,35 @@ import (
 
 // Client connection timings.
 const (
-	clientWriteTimeout = 15 * time.Second
-	clientPingEvery    = 30 * time.Second
-	clientPingTimeout  = 20 * time.Second
+	clientPingEvery   = 30 * time.Second
+	clientPingTimeout = 20 * time.Second
 )
 
-// wsSession is one client WebSocket: requests arrive one at a time and are
-// served over upstream lanes of this thread. Owned by serveWebSocket's
-// errgroup: a reader, a pinger and the serving loop.
+// maxPendingMessages bounds the client messages a WebSocket session holds
+// while a response streams. Codex sends one request at a time; a client
+// that sends more is told so, and the extra message is dropped.
+const maxPendingMessages = 4
+
+// wsSession is one client WebSocket: its requests are served one at a time
+// over the connection's own upstream lane. Owned by serveWebSocket's
+// errgroup: a reader that always reads (so pings, pongs and a close are
+// handled while a response streams), a pinger, and the serving loop.
 type wsSession struct {
 	s      *Server
 	conn   *websocket.Conn
-	client client
+	id     string // names the connection's direct lane; static
 	ident  Identity
-	header http.Header // handshake headers, forwarded upstream
+	header http.Header // handshake headers, forwarded upstream; static
 	path   string
-	lane   *bridge.Lane // owned by the serving loop; read by laneInfo under infoMu
-	// infoMu guards the fields operators read from other goroutines.
-	infoMu    sync.Mutex
-	laneView  *bridge.Lane // guarded by infoMu; the live lane, for laneInfo
-	resetLane bool         // guarded by infoMu; an operator reset asks the loop to drop the lane
-	// turnState is this thread's proxy-generated turn state, when the
-	// upstream gives none; owned by the serving loop.
+	// client is the caller as last checked: its key is read again before
+	// every request (revoked, expired or changed keys take effect at the
+	// next request). Owned by the serving loop.
+	client client
+	// turnState is the turn state the relay issued on this connection, for
+	// an upstream that gives none; owned by the serving loop.
 	turnState string
-	// noChain: the upstream refused a chain on this session's lanes (it
-	// keeps none); every request goes in full. Owned by the serving loop.
-	noChain bool
 	// writes ends the connection when a write to the client is stuck.
 	writes writeGuard
-}
-
-// writeGuard closes a client connection whose write has been stuck for
-// clientWriteTimeout. One timer serves the session, armed around each
-// write, so an event costs no context or timer of its own.
-type writeGuard struct {
-	timeout time.Duration // zero: clientWriteTimeout
-	mu      sync.Mutex
-	active  int         // writes under way (the reader may write beside the serving loop)
-	timer   *time.Timer // fires onStuck; created on first use
-}
-
-func (g *writeGuard) begin(onStuck func()) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.active++
-	d := cmp.Or(g.timeout, clientWriteTimeout)
-	if g.timer == nil {
-		g.timer = time.AfterFunc(d, onStuck)
-		return
-	}
-	g.timer.Reset(d)
-}
-
-func (g *writeGuard) end() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.active--; g.active == 0 {
-		g.timer.Stop()
-	}
 }
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +63,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	s.sessions.Add(1)
 	defer s.sessions.Done()
 	if s.closing.Err() != nil {
-		writeError(w, http.StatusServiceUnavailable, apiError{Type: "server_error", Message: "the relay is shutting down"})
+		writeError(w, http.StatusServiceUnavailable, apiError{Type: wire.TypeServerError, Code: "shutting_down", Message: "the relay is shutting down"})
 		return
 	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionContextTakeover})
@@ -106,22 +77,24 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(s.closing, cancel)
 	defer stop()
 	conn.SetReadLimit(MaxMessageBytes)
-	sess := &wsSession{s: s, conn: conn, client: cl, ident: ident, header: r.Header.Clone(), path: r.URL.Path}
-	s.registry.add(sess)
-	defer s.registry.remove(sess)
-	err = sess.run(ctx)
-	if sess.lane != nil {
-		sess.lane.Close()
-		s.metrics.lanes.WithLabelValues("closed").Inc()
-	}
-	if err != nil && !isNormalClose(err) && ctx.Err() == nil {
-		s.log.Debug("websocket session ended", "err", err)
-	}
-	if s.closing.Err() != nil {
+	ws := &wsSession{s: s, conn: conn, id: store.NewID("ws", s.cfg.Now()), client: cl, ident: ident,
+		header: r.Header.Clone(), path: r.URL.Path, writes: writeGuard{timeout: s.cfg.ClientWriteTimeout}}
+	defer s.pool.Drop(ws.laneKey())
+	err = ws.run(ctx)
+	switch {
+	case s.closing.Err() != nil:
 		conn.Close(websocket.StatusGoingAway, "relay shutting down")
-		return
+	default:
+		if err != nil && !isNormalClose(err) && ctx.Err() == nil {
+			s.log.Debug("websocket session ended", "err", err)
+		}
+		conn.Close(websocket.StatusNormalClosure, "")
 	}
-	conn.Close(websocket.StatusNormalClosure, "")
+}
+
+// laneKey is the connection's own lane: the thread's, on this connection.
+func (ws *wsSession) laneKey() bridge.Key {
+	return bridge.Key{Thread: string(ws.ident.Key), Scope: ws.client.scope(), Conn: ws.id}
 }
 
 func isNormalClose(err error) bool {
@@ -132,9 +105,24 @@ func isNormalClose(err error) bool {
 // errSessionDone ends a session's goroutines once the client has gone.
 var errSessionDone = errors.New("session done")
 
+// sessionRefusedError ends a session whose client may no longer be served
+// (its key was revoked or expired): the client reads err, and the
+// connection closes with reason.
+type sessionRefusedError struct {
+	reason string
+	err    error
+}
+
+func (e *sessionRefusedError) Error() string { return "session refused: " + e.reason }
+func (e *sessionRefusedError) Unwrap() error { return e.err }
+
+func refuseSession(reason, msg string) error {
+	return &sessionRefusedError{reason: reason, err: unauthorized(msg)}
+}
+
 func (ws *wsSession) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	msgs := make(chan []byte, 1)
+	msgs := make(chan []byte, maxPendingMessages)
 	g.Go(func() error {
 		defer close(msgs)
 		for {
@@ -142,17 +130,22 @@ func (ws *wsSession) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if typ != websocket.MessageText {
-				if err := ws.write(ctx, errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "unsupported_frame",
-					Message: "binary frames are not supported: send response.create as a text frame"})); err != nil {
-					return err
+			var refusal []byte
+			switch {
+			case typ != websocket.MessageText:
+				refusal = errorEvent(http.StatusBadRequest, apiError{Type: wire.TypeInvalidRequest, Code: "unsupported_frame",
+					Message: "binary frames are not supported: send response.create as a text frame"})
+			default:
+				select {
+				case msgs <- data:
+					continue
+				default:
+					refusal = errorEvent(http.StatusTooManyRequests, apiError{Type: wire.TypeInvalidRequest, Code: "too_many_pending_requests",
+						Message: "this connection serves one request at a time: wait for the current response to end"})
 				}
-				continue
 			}
-			select {
-			case msgs <- data:
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := ws.write(ctx, refusal); err != nil {
+				return err
 			}
 		}
 	})
@@ -191,8 +184,16 @@ func (ws *wsSession) run(ctx context.Context) error {
 func (ws *wsSession) write(ctx context.Context, msg []byte) error {
 	ws.writes.begin(func() { ws.conn.CloseNow() }) // a client that stopped reading is let go
 	defer ws.writes.end()
-	return ws.conn.Write(ctx, websocket.MessageText, msg)
+	err := ws.conn.Write(ctx, websocket.MessageText, msg)
+	if err != nil && ws.writes.fired() {
+		return fmt.Errorf("%w: %w", errClientStalled, err)
+	}
+	return err
 }
+
+// errClientStalled is a write that failed because the client stopped
+// reading: the write guard let it go.
+var errClientStalled = fmt.Errorf("the client stopped reading: %w", os.ErrDeadlineExceeded)
 
 // clientMeta is the part of a response.create the relay reads beyond the
 // request fields.
@@ -201,413 +202,201 @@ type clientMeta struct {
 	ClientMetadata map[string]string `json:"client_metadata"`
 }
 
-// serve handles one response.create. It returns an error only when the
-// client connection is unusable; request failures become error events.
+// serve handles one client message. It returns an error only when the
+// session must end (the client cannot be written to, or may no longer be
+// served); a request's failures become error events.
 func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 	s := ws.s
-	c := &call{id: store.NewID("req", s.cfg.Now()), start: s.cfg.Now(), transport: "ws", path: ws.path,
-		client: ws.client, ident: ws.ident, header: ws.header}
+	if err := ws.admitTurn(ctx); err != nil {
+		f, _ := failureFor(err, s.cfg.Now())
+		if werr := ws.write(ctx, f.wsEvent()); werr != nil {
+			return werr
+		}
+		var refused *sessionRefusedError
+		if errors.As(err, &refused) {
+			// Closed here, while the reader still reads: it takes the
+			// client's answer to the close.
+			_ = ws.conn.Close(websocket.StatusPolicyViolation, refused.reason)
+			return err
+		}
+		return nil
+	}
+	r, err := ws.parse(msg)
+	if err != nil {
+		f, _ := failureFor(err, s.cfg.Now())
+		return ws.write(ctx, f.wsEvent())
+	}
+	c := &wsClient{ws: ws, ctx: ctx, r: r}
+	s.attempts(ctx, r, c)
+	return c.err
+}
+
+// admitTurn checks, before each request, that the connection's client may
+// still be served: a keyed client's key is read again (cached briefly;
+// revoking a key drops the cache on every replica at once) and the turn
+// counts in its use; a keyless client is served only while no key was ever
+// created.
+func (ws *wsSession) admitTurn(ctx context.Context) error {
+	s := ws.s
+	if !ws.client.keyed {
+		ever, err := s.cfg.Store.KeysEverCreated(ctx)
+		if err != nil {
+			return storeUnavailable("check client keys", err)
+		}
+		if ever {
+			return refuseSession("client key required", "this relay now requires a client key: Authorization: Bearer crk_...")
+		}
+		return nil
+	}
+	k, err := s.cfg.Store.CurrentClientKey(ctx, ws.client.key.ID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return refuseSession("client key revoked", "this relay client key is unknown, revoked or expired")
+	case err != nil:
+		return storeUnavailable("check the client key", err)
+	case !k.Usable(s.cfg.Now()):
+		return refuseSession("client key revoked or expired", "this relay client key is unknown, revoked or expired")
+	}
+	ws.client.key = k
+	if err := s.cfg.Store.TouchClientKey(ctx, k.ID); err != nil {
+		s.log.Warn("touch client key", "key", k.ID, "err", err)
+	}
+	return nil
+}
+
+// parse reads one response.create into a request.
+func (ws *wsSession) parse(msg []byte) (*request, error) {
 	var meta clientMeta
 	if err := json.Unmarshal(msg, &meta); err != nil {
-		return ws.write(ctx, errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: "the message is not valid JSON"}))
+		return nil, refuse(http.StatusBadRequest, "invalid_json", "the message is not valid JSON")
 	}
 	if meta.Type != wire.MessageResponseCreate {
-		return ws.write(ctx, errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "unsupported_message",
-			Message: fmt.Sprintf("unsupported message type %q: send response.create", meta.Type)}))
+		return nil, refuse(http.StatusBadRequest, "unsupported_message", fmt.Sprintf("unsupported message type %q: send response.create", meta.Type))
 	}
-	fields, err := continuity.RequestFields(msg)
+	body := responseBody(msg)
+	fields, err := continuity.RequestFields(body)
 	if err != nil {
-		return ws.write(ctx, errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: err.Error()}))
+		return nil, refuse(http.StatusBadRequest, "invalid_json", "the message is not a valid response.create: "+err.Error())
 	}
-	if !ws.client.allowsModel(fields.Model) {
-		return ws.write(ctx, errorEvent(http.StatusForbidden, apiError{Type: "invalid_request_error", Code: "model_not_allowed", Message: fmt.Sprintf("this client key may not use model %q", fields.Model)}))
+	if err := ws.client.checkModel(fields.Model); err != nil {
+		return nil, err
 	}
-	c.body, c.fields = msg, fields
-	c.turnState = strings.TrimSpace(meta.ClientMetadata[wire.HeaderTurnState])
-
-	var attempts []store.Attempt
-	rec := store.RequestRecord{}
-	defer func() { s.logRequest(c, rec, attempts) }()
-	if ws.takeLaneReset() {
-		ws.retireLane("reset")
-	}
-	exclude := map[string]bool{}
-	prev := ""
-	var firstFail []byte
-	rc := newCiphertextRecovery(!s.cfg.DisableRecovery, c)
-	refreshed := map[string]bool{}
-	for n := 1; n <= s.cfg.MaxAttempts+1; n++ {
-		laneOwner := ""
-		if ws.lane != nil && ws.lane.Alive() {
-			laneOwner = ws.lane.Account
-		}
-		ch, err := s.chooseFor(ctx, c, exclude, laneOwner, func() { ws.retireLane("replaced") })
-		if err != nil {
-			var none *NoAccountError
-			if firstFail != nil && errors.As(err, &none) && none.EarliestReset.IsZero() {
-				rec.Status, rec.ErrorCode = http.StatusBadGateway, "all_accounts_failed"
-				return ws.write(ctx, firstFail)
-			}
-			a := selectionAnswer(err, s.cfg.Now())
-			rec.Status, rec.ErrorCode = a.Status, cmp.Or(a.Err.Code, a.Err.Type)
-			attempts = append(attempts, s.attemptRecord(c, n, "", prev, selectionClass(err), "", ActionTerminal, a.Status, a.Err.Code, err.Error(), s.cfg.Now(), 0))
-			return ws.write(ctx, errorEvent(a.Status, a.Err))
-		}
-		started := s.cfg.Now()
-		res := ws.attempt(ctx, c, ch)
-		if res.clientErr != nil {
-			return res.clientErr
-		}
-		if prev != "" && prev != ch.target.Account.ID && c.moveIsFailover() {
-			c.recovery = RecoveryFailover
-		}
-		recovery := c.recovery
-		s.metrics.attempts.WithLabelValues(ch.target.Account.ID, string(res.out.Class), string(res.out.Action)).Inc()
-		if s.refreshAfter401(ctx, c, ch.target, res.out, refreshed) {
-			ws.retireLane("replaced") // the lane was opened with the stale token
-			attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prev, res.out.Class, "token_refresh", ActionSame, res.status, res.code, res.detail, started, res.firstEvent))
-			prev = ch.target.Account.ID
-			continue
-		}
-		attempts = append(attempts, s.attemptRecord(c, n, ch.target.Account.ID, prev, res.out.Class, recovery, res.out.Action, res.status, res.code, res.detail, started, res.firstEvent))
-		rec.AccountID, rec.Recovery, rec.FirstEvent = ch.target.Account.ID, recovery, res.firstEvent
-		s.penalise(context.WithoutCancel(ctx), ch.target.Account.ID, res.out.Penalty)
-		switch res.out.Action {
-		case ActionDone:
-			rec.Status = http.StatusOK
-			rec.InputTokens, rec.OutputTokens, rec.CachedTokens = res.tr.input, res.tr.outputTok, res.tr.cached
-			return nil
-		case ActionTerminal:
-			if res.out.Class == ClassCiphertext && res.final != nil && res.firstEvent == 0 { // nothing reached the client
-				if len(rc.stripped) == 0 && rc.mismatches == 0 {
-					// The unchanged request is the full one as first sent
-					// (rebuilt from continuity when the chain moved).
-					rc.origBody, rc.origInput = c.body, c.fields.Input
-				}
-				f := &failure{status: res.status, body: res.final}
-				if rc.retry(c, ch.target.Account.ID, f, res.status, false, ctx.Err() != nil, s.cfg.MaxAttempts-n, exclude) {
-					if firstFail == nil && rc.first != nil {
-						firstFail = rc.first.body
-					}
-					prev = ch.target.Account.ID
-					continue
-				}
-				if rc.first != nil {
-					res.final = rc.first.body // no account accepted: the first mismatch failure
-				}
-			}
-			rec.Status, rec.ErrorCode = statusOr(res.status, http.StatusOK), cmp.Or(res.code, string(res.out.Class))
-			if res.final != nil {
-				return ws.write(ctx, res.final)
-			}
-			return nil
-		}
-		if firstFail == nil {
-			firstFail = res.final
-		}
-		c.dropTurnStateOf(s, ch.target.Account.ID)
-		if !res.sameAccount {
-			exclude[ch.target.Account.ID] = true
-		}
-		prev = ch.target.Account.ID
-	}
-	rec.Status = http.StatusBadGateway
-	if firstFail != nil {
-		return ws.write(ctx, firstFail)
-	}
-	return ws.write(ctx, errorEvent(http.StatusServiceUnavailable, apiError{Type: "server_error", Code: wire.CodeServerIsOverloaded, Message: "no account could serve this request"}))
+	ts := strings.TrimSpace(meta.ClientMetadata[wire.HeaderTurnState])
+	return ws.s.newRequest("ws", ws.path, "", ws.client, ws.ident, ws.header, body, fields, ts), nil
 }
 
-// retireLane closes the current lane.
-func (ws *wsSession) retireLane(why string) {
-	if ws.lane == nil {
-		return
-	}
-	ws.lane.Close()
-	ws.lane = nil
-	ws.setLaneView(nil)
-	ws.s.metrics.lanes.WithLabelValues(why).Inc()
+// wsClient answers one request of a WebSocket session: events as text
+// frames, failures as error events.
+type wsClient struct {
+	ws      *wsSession
+	ctx     context.Context // the session's, for this request's writes
+	r       *request
+	noticed bool
+	// err is the first write that failed: the session ends with it.
+	err error
 }
 
-func (ws *wsSession) setLaneView(v *bridge.Lane) {
-	ws.infoMu.Lock()
-	ws.laneView = v
-	ws.infoMu.Unlock()
+func (c *wsClient) write(msg []byte) error {
+	if c.err != nil {
+		return c.err
+	}
+	c.err = c.ws.write(c.ctx, msg)
+	return c.err
 }
 
-// laneInfo describes the session's live lane, if any.
-func (ws *wsSession) laneInfo() (LaneInfo, bool) {
-	ws.infoMu.Lock()
-	defer ws.infoMu.Unlock()
-	l := ws.laneView
-	if l == nil {
-		return LaneInfo{}, false
-	}
-	return LaneInfo{Kind: "direct", AccountID: l.Account, SessionID: ws.ident.Session, ThreadID: ws.ident.Thread,
-		ThreadKey: string(ws.ident.Key), OpenedAt: l.Opened, Requests: l.Requests.Load()}, true
-}
+// lane is the connection's own lane.
+func (c *wsClient) lane(*request) (bridge.Key, bool) { return c.ws.laneKey(), true }
 
-// requestLaneReset asks the serving loop to drop the lane before the next
-// request (an operator reset the thread's binding).
-func (ws *wsSession) requestLaneReset() {
-	ws.infoMu.Lock()
-	ws.resetLane = true
-	ws.infoMu.Unlock()
-}
-
-// takeLaneReset reports and clears a pending operator reset.
-func (ws *wsSession) takeLaneReset() bool {
-	ws.infoMu.Lock()
-	defer ws.infoMu.Unlock()
-	r := ws.resetLane
-	ws.resetLane = false
-	return r
-}
-
-// attempt sends the request over a lane of ch's account and forwards its
-// events. Events before the first semantic one are held back so a failure
-// before any work can move to another account unseen.
-func (ws *wsSession) attempt(ctx context.Context, c *call, ch choice) laneEnd {
-	s := ws.s
-	acct := ch.target.Account.ID
-	defer s.inFlight(acct)()
-	now := s.cfg.Now()
-	res := laneEnd{}
-
-	if ws.lane != nil && (!ws.lane.Alive() || ws.lane.Account != acct) {
-		ws.retireLane("replaced")
-	}
-	if s.httpOnly.has(acct, now) {
-		return ws.attemptOverHTTP(ctx, c, ch)
-	}
-	if ws.lane == nil {
-		l, err := s.openLane(ctx, ch.target, ws.header)
-		var refused *upgradeRefusedError
-		if errors.As(err, &refused) {
-			// The upstream has no WebSocket endpoint: serve over HTTP.
-			s.httpOnly.mark(acct, now.Add(httpOnlyFor))
-			return ws.attemptOverHTTP(ctx, c, ch)
-		}
-		if err != nil {
-			res.detail = err.Error()
-			o, status, e := dialOutcome(now, err, ctx.Err() != nil)
-			res.out, res.status = o, status
-			if e != nil {
-				res.code = errCode(e)
-				res.final = errorEvent(status, *e)
-			} else {
-				res.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"})
-			}
-			return res
-		}
-		ws.lane = l
-		ws.setLaneView(l)
-		s.foldUsage(context.WithoutCancel(ctx), acct, l.Header)
-	} else {
-		s.metrics.lanes.WithLabelValues("reused").Inc()
-	}
-	l := ws.lane
-	l.Drain()
-
-	// Chain on the lane when it produced previous_response_id; otherwise
-	// send the full history from continuity, or ask Codex to resend it.
-	msg := c.body
-	full := c.fields.Input
-	if prev := c.fields.PreviousResponseID; prev != "" {
-		resolved, rerr := s.fullInput(c)
-		if rerr == nil {
-			full = resolved
-		}
-		if !l.Known[prev] || ws.noChain {
-			if rerr != nil {
-				res.out = Outcome{Class: ClassPrevNotFound, Action: ActionTerminal}
-				res.status, res.code = http.StatusBadRequest, wire.CodePreviousResponseNotFound
-				res.final = errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: wire.CodePreviousResponseNotFound,
-					Message: "previous response " + prev + " is not held on this account's connection; resend the full request"})
-				return res
-			}
-			rebuilt, err := continuity.WithFullInput(c.body, full)
-			if err != nil {
-				res.out = Outcome{Class: ClassInvalid, Action: ActionTerminal}
-				res.final = errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: err.Error()})
-				return res
-			}
-			msg = rebuilt
-			// From here on the request is the full one: no other account or
-			// lane holds the chain it named.
-			c.body, c.fields.Input, c.fields.PreviousResponseID = rebuilt, full, ""
-			s.metrics.lanes.WithLabelValues("rebuilt").Inc()
+func (c *wsClient) send(h *head, typ string, data []byte) error {
+	if h.notice != "" && !c.noticed {
+		c.noticed = true
+		if err := c.write(noticeEvent(h.notice)); err != nil {
+			return err
 		}
 	}
-	if !s.turnStateFor(c, acct) {
-		// The turn state is not this account's own (another account issued
-		// it, or the relay made it up): the upstream must not see it.
-		msg = withoutMetadataKey(msg, wire.HeaderTurnState)
-	}
-	if err := l.Send(ctx, msg); err != nil {
-		ws.retireLane("closed")
-		res.detail = err.Error()
-		res.out = Classify(AttemptEnd{Now: now, Transport: err, Cancelled: ctx.Err() != nil})
-		res.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream connection failed"})
-		return res
-	}
-
-	l.Requests.Add(1)
-	upstreamTurnState := l.Header.Get(wire.HeaderTurnState)
-	noticed := false
-	emit := func(typ string, data []byte, tr *tracker) error {
-		if n := c.noticeEvent(ch.target); n != nil && !noticed {
-			noticed = true
-			if err := ws.write(ctx, n); err != nil {
+	if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
+		// The turn state travels as an event: the upstream's when its answer
+		// carried it only in headers, or the relay's own.
+		if h.turnState != "" && (h.tr == nil || h.tr.turnState != h.turnState) {
+			meta := mustJSON(map[string]any{"type": wire.EventResponseMetadata, "headers": map[string]string{wire.HeaderTurnState: h.turnState}})
+			if err := c.write(meta); err != nil {
 				return err
 			}
 		}
-		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
-			if cmp.Or(tr.turnState, upstreamTurnState, c.turnState) == "" {
-				// The upstream gave no turn state: the relay keeps one per thread.
-				if ws.turnState == "" {
-					ws.turnState = store.NewSecret("rts_")
-				}
-				meta := mustJSON(map[string]any{"type": wire.EventResponseMetadata, "headers": map[string]string{wire.HeaderTurnState: ws.turnState}})
-				if err := ws.write(ctx, meta); err != nil {
-					return err
-				}
-			}
-		}
-		s.metrics.eventsWS.Inc()
-		return ws.write(ctx, data)
 	}
-	settle := func(tr *tracker) {
-		ts, proxy := cmp.Or(tr.turnState, upstreamTurnState), false
-		if ts == "" && c.turnState == "" {
-			if ws.turnState == "" {
-				ws.turnState = store.NewSecret("rts_")
-			}
-			ts, proxy = ws.turnState, true
-		}
-		if ts != "" {
-			s.owners.put(turnStateKey(ts), owner{account: acct, scope: c.client.scope(), proxy: proxy})
-		}
-		if tr.responseID != "" {
-			l.Known[tr.responseID] = true
-		}
-		if c.ident.Key != "" && tr.responseID != "" {
-			s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
-				AccountID: acct, Organization: ch.target.Account.Organization, TurnState: cmp.Or(tr.turnState, upstreamTurnState)})
-		}
-		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
-	}
-	res = s.pumpLane(ctx, c, acct, newLaneSource(l), emit, settle)
-	if res.broken {
-		ws.retireLane("closed")
-	}
-	if res.out.Class == ClassPrevNotFound && !res.committed && c.fields.PreviousResponseID != "" && !ws.noChain {
-		if s.rebuildable(c) {
-			// The upstream keeps no chains: the relay holds the history, so
-			// the same account gets the full request, now and from here on.
-			ws.noChain = true
-			s.metrics.lanes.WithLabelValues("chain_refused").Inc()
-			res.out, res.sameAccount = Outcome{Class: ClassPrevNotFound, Action: ActionNext}, true
-		}
-	}
-	return res
+	c.ws.s.metrics.eventsWS.Inc()
+	return c.write(data)
 }
 
-// attemptOverHTTP serves a WebSocket client's request on an account whose
-// upstream speaks HTTP only: the full request (rebuilt from continuity when
-// it chains) goes as a POST, and the SSE events come back as frames. A
-// prewarm is answered by the relay itself: an HTTP upstream would generate.
-func (ws *wsSession) attemptOverHTTP(ctx context.Context, c *call, ch choice) laneEnd {
-	s := ws.s
-	acct := ch.target.Account.ID
-	res := laneEnd{}
-	full := c.fields.Input
-	if prev := c.fields.PreviousResponseID; prev != "" {
-		resolved, err := s.fullInput(c)
-		if err != nil {
-			res.out = Outcome{Class: ClassPrevNotFound, Action: ActionTerminal}
-			res.status, res.code = http.StatusBadRequest, wire.CodePreviousResponseNotFound
-			res.final = errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: wire.CodePreviousResponseNotFound,
-				Message: "previous response " + prev + " is not held by this relay; resend the full request"})
-			return res
-		}
-		full = resolved
-	}
-	if g := c.fields.Generate; g != nil && !*g {
-		id := "resp_relay_" + c.id
-		for _, ev := range []map[string]any{
-			{"type": wire.EventResponseCreated, "response": map[string]any{"id": id, "object": "response", "status": "in_progress", "output": []any{}}},
-			{"type": wire.EventResponseCompleted, "response": map[string]any{"id": id, "object": "response", "status": "completed", "output": []any{}}},
-		} {
-			if err := ws.write(ctx, mustJSON(ev)); err != nil {
-				res.clientErr = err
-				return res
-			}
-		}
-		if c.ident.Key != "" {
-			s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: id, Input: full, AccountID: acct, Organization: ch.target.Account.Organization})
-		}
-		s.settle(context.WithoutCancel(ctx), c, ch, id)
-		res.out, res.status = Outcome{Class: ClassOK, Action: ActionDone}, http.StatusOK
-		return res
-	}
-	body, err := continuity.WithFullInput(c.body, full)
-	if err == nil {
-		body = withoutMember(body, "type")
-	}
-	if err != nil {
-		res.out = Outcome{Class: ClassInvalid, Action: ActionTerminal}
-		res.final = errorEvent(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "invalid_json", Message: err.Error()})
-		return res
-	}
-	defer s.inFlight(acct)()
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	resp, err := s.cfg.Upstream.Post(actx, ch.target, ch.target.ResponsesURL(""), ws.header, body)
-	if err != nil {
-		res.detail = err.Error()
-		res.out = Classify(AttemptEnd{Now: s.cfg.Now(), Transport: err, Cancelled: ctx.Err() != nil})
-		res.final = errorEvent(http.StatusBadGateway, apiError{Type: "server_error", Code: "upstream_unreachable", Message: "the upstream account could not be reached"})
-		return res
-	}
-	defer resp.Body.Close()
-	defer s.foldUsage(context.WithoutCancel(ctx), acct, resp.Header)
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		e, ok := wire.ParseErrorBody(raw)
-		if !ok {
-			e = wire.Error{Type: "server_error", Message: http.StatusText(resp.StatusCode)}
-		}
-		res.status, res.code, res.detail = resp.StatusCode, errCode(&e), e.Message
-		res.out = Classify(AttemptEnd{Now: s.cfg.Now(), Status: resp.StatusCode, Err: &e, Cancelled: ctx.Err() != nil})
-		res.final = errorEvent(resp.StatusCode, e)
-		return res
-	}
-	src := newHTTPSource(resp.Body, cancel)
-	turnState := resp.Header.Get(wire.HeaderTurnState)
-	emit := func(typ string, data []byte, tr *tracker) error {
-		s.metrics.eventsWS.Inc()
-		return ws.write(ctx, data)
-	}
-	settle := func(tr *tracker) {
-		if ts := cmp.Or(tr.turnState, turnState); ts != "" {
-			s.owners.put(turnStateKey(ts), owner{account: acct, scope: c.client.scope()})
-		}
-		if c.ident.Key != "" && tr.responseID != "" {
-			s.conts.Commit(c.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: full, Output: tr.output,
-				AccountID: acct, Organization: ch.target.Account.Organization, TurnState: turnState})
-		}
-		s.settle(context.WithoutCancel(ctx), c, ch, tr.responseID)
-	}
-	res = s.pumpLane(ctx, c, acct, src, emit, settle)
-	res.detail = cmp.Or(res.detail, "http: the upstream speaks HTTP only")
-	return res
+func (c *wsClient) fail(_ *head, f *failure) error { return c.write(f.wsEvent()) }
+
+func (c *wsClient) reply(_ *head, _ int, _ []byte) error {
+	return c.write(errorEvent(http.StatusBadGateway, apiError{Type: wire.TypeServerError, Code: "upstream_unexpected_answer",
+		Message: "the upstream answered with a document instead of a stream"}))
 }
 
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic("relay: encode " + err.Error()) // only fixed shapes are encoded here
+func (c *wsClient) waiting(*head) {}
+
+// issueTurnState: one per connection, kept for its life.
+func (c *wsClient) issueTurnState() string {
+	if c.ws.turnState == "" {
+		c.ws.turnState = newTurnState()
 	}
-	return b
+	return c.ws.turnState
+}
+
+// writeGuard closes a client connection whose write has been stuck for its
+// timeout. One timer serves the session, armed around each write, so an
+// event costs no context or timer of its own.
+type writeGuard struct {
+	timeout time.Duration // zero: clientWriteTimeout
+	// afterFunc starts the guard's timer; time.AfterFunc when nil (tests
+	// replace it to fire the timer themselves).
+	afterFunc func(time.Duration, func()) guardTimer
+	mu        sync.Mutex
+	active    int        // writes under way (the reader may write beside the serving loop)
+	timer     guardTimer // fires onStuck; created on first use
+	stuck     bool       // the timer fired: the connection was let go
+}
+
+// guardTimer is the part of *time.Timer the guard uses.
+type guardTimer interface {
+	Reset(time.Duration) bool
+	Stop() bool
+}
+
+func (g *writeGuard) begin(onStuck func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.active++
+	d := cmp.Or(g.timeout, clientWriteTimeout)
+	if g.timer == nil {
+		start := g.afterFunc
+		if start == nil {
+			start = func(d time.Duration, f func()) guardTimer { return time.AfterFunc(d, f) }
+		}
+		g.timer = start(d, func() {
+			g.mu.Lock()
+			g.stuck = true
+			g.mu.Unlock()
+			onStuck()
+		})
+		return
+	}
+	g.timer.Reset(d)
+}
+
+// fired reports whether the guard let the connection go.
+func (g *writeGuard) fired() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stuck
+}
+
+func (g *writeGuard) end() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.active--; g.active == 0 {
+		g.timer.Stop()
+	}
 }

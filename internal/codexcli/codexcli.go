@@ -74,6 +74,11 @@ type Codex struct {
 	Home string
 	// Dir is the working directory of every run.
 	Dir string
+	// UserHome is the HOME of every run: an empty folder of its own, so the
+	// shell Codex runs its tools in starts clean, whatever the machine's
+	// dotfiles do (a version manager's start-up hooks, under the load of a
+	// parallel test run, made tool calls time out).
+	UserHome string
 
 	envKey string
 	key    string
@@ -110,7 +115,11 @@ func New(t testing.TB, p Provider) *Codex {
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(ConfigTOML(p)), 0o600); err != nil {
 		t.Fatalf("codexcli: write config.toml: %v", err)
 	}
-	return &Codex{Binary: bin, Home: home, Dir: t.TempDir(), envKey: p.EnvKey, key: p.Key}
+	userHome := filepath.Join(home, "user-home")
+	if err := os.Mkdir(userHome, 0o700); err != nil {
+		t.Fatalf("codexcli: %v", err)
+	}
+	return &Codex{Binary: bin, Home: home, Dir: t.TempDir(), UserHome: userHome, envKey: p.EnvKey, key: p.Key}
 }
 
 // ConfigTOML renders the config.toml for p: the provider is named "relay"
@@ -226,11 +235,12 @@ func (c *Codex) run(ctx context.Context, o RunOptions, args ...string) (*Result,
 }
 
 // env is the whole environment of a run: nothing of the test process leaks
-// in (no OPENAI_API_KEY, no proxy settings), only what Codex needs.
+// in (no OPENAI_API_KEY, no proxy settings, not the user's home), only what
+// Codex needs.
 func (c *Codex) env() []string {
 	return []string{
 		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + os.Getenv("HOME"),
+		"HOME=" + c.UserHome,
 		"CODEX_HOME=" + c.Home,
 		c.envKey + "=" + c.key,
 	}

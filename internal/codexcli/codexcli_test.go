@@ -118,7 +118,7 @@ case "$last" in
 esac
 printf '{"type":"item.completed","item":{"type":"agent_message","text":"done: %s"}}\n' "$last"
 `), 0o755))
-	return &Codex{Binary: script, Home: filepath.Join(dir, "home"), Dir: dir, envKey: "CODEX_RELAY_KEY", key: "secret-key"}
+	return &Codex{Binary: script, Home: filepath.Join(dir, "home"), Dir: dir, UserHome: filepath.Join(dir, "user-home"), envKey: "CODEX_RELAY_KEY", key: "secret-key"}
 }
 
 func eventsOf(r *Result, typ string) []string {
@@ -162,6 +162,7 @@ func TestRunArgumentsEnvironmentAndStdin(t *testing.T) {
 	}
 	assert.Contains(t, eventsOf(res, "env"), "CODEX_RELAY_KEY=secret-key")
 	assert.Contains(t, eventsOf(res, "env"), "CODEX_HOME="+c.Home)
+	assert.Contains(t, eventsOf(res, "env"), "HOME="+c.UserHome, "a home of its own: the user's dotfiles do not run in Codex's tool shell")
 
 	res, err = c.Resume(ctx, "th-9", "again", RunOptions{})
 	require.NoError(t, err)

@@ -232,3 +232,85 @@ func (s *Store) accountsChanged(ctx context.Context) {
 	defer cancel()
 	_ = s.Announce(ctx, Announcement{Kind: AnnounceAccounts})
 }
+
+// keysTTL bounds how long a key read by id is reused; writes through any
+// replica drop the reads at once (keysChanged), so the TTL only covers an
+// announcement that went missing.
+const keysTTL = 10 * time.Second
+
+// maxCachedKeys bounds the key cache; past it, it starts afresh.
+const maxCachedKeys = 4096
+
+// keysCache keeps client keys read by id, and whether any key was ever
+// created. Safe for concurrent use.
+type keysCache struct {
+	mu   sync.Mutex
+	gen  uint64 // bumped after every write to a key
+	byID map[string]cachedKey
+	ever bool // a key exists (keys are never deleted): keyless mode is over
+}
+
+type cachedKey struct {
+	key ClientKey
+	gen uint64
+	at  time.Time
+}
+
+func (c *keysCache) changed() {
+	c.mu.Lock()
+	c.gen++
+	c.byID = nil
+	c.mu.Unlock()
+}
+
+// cached returns the key read for id if it is current, and the generation
+// a fresh read must be kept under.
+func (c *keysCache) cached(id string, now time.Time) (ClientKey, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byID[id]
+	if age := now.Sub(e.at); ok && e.gen == c.gen && age >= 0 && age < keysTTL {
+		return e.key, c.gen, true
+	}
+	return ClientKey{}, c.gen, false
+}
+
+// keep stores a key read under generation gen, unless a write came after
+// the read began.
+func (c *keysCache) keep(id string, k ClientKey, gen uint64, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen {
+		return
+	}
+	if c.byID == nil || len(c.byID) >= maxCachedKeys {
+		c.byID = map[string]cachedKey{}
+	}
+	c.byID[id] = cachedKey{key: k, gen: gen, at: at}
+}
+
+func (c *keysCache) everCreated() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ever
+}
+
+func (c *keysCache) setEverCreated() {
+	c.mu.Lock()
+	c.ever = true
+	c.mu.Unlock()
+}
+
+// keysChanged follows every write to a client key: this store's reads are
+// dropped, and the other replicas are told to drop theirs, so a revoked key
+// stops working at once on every replica, open WebSockets included.
+func (s *Store) keysChanged(ctx context.Context) {
+	s.keys.changed()
+	s.keys.setEverCreated()
+	if s.loc.Dialect != Postgres {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = s.Announce(ctx, Announcement{Kind: AnnounceKeys})
+}

@@ -125,6 +125,7 @@ func (s *Store) CreateClientKey(ctx context.Context, k ClientKey) (ClientKey, st
 	if err != nil {
 		return ClientKey{}, "", fmt.Errorf("create client key: %w", err)
 	}
+	s.keysChanged(ctx)
 	created, err := s.ClientKey(ctx, k.ID)
 	return created, secret, err
 }
@@ -162,6 +163,7 @@ func (s *Store) RevokeClientKey(ctx context.Context, id string) (ClientKey, erro
 	if err := affectedOne(res, err, "revoke client key", id); err != nil {
 		return ClientKey{}, err
 	}
+	s.keysChanged(ctx)
 	return s.ClientKey(ctx, id)
 }
 
@@ -188,16 +190,41 @@ func (s *Store) AuthenticateClientKey(ctx context.Context, secret string) (Clien
 	return k, nil
 }
 
-// CountClientKeys reports how many keys are usable now; with none, the relay
-// serves loopback clients only.
-func (s *Store) CountClientKeys(ctx context.Context) (int, error) {
-	var n int
-	now := s.now().UnixMilli()
-	err := s.get(ctx, &n, `SELECT COUNT(*) FROM client_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`, now)
-	if err != nil {
-		return 0, fmt.Errorf("count client keys: %w", err)
+// KeysEverCreated reports whether a client key was ever created, revoked
+// and expired ones included. Keyless mode (loopback clients served without
+// a key) is a choice made once, by creating none: revoking or expiring the
+// last key never re-opens it. Once true it is remembered, since keys are
+// never deleted.
+func (s *Store) KeysEverCreated(ctx context.Context) (bool, error) {
+	if s.keys.everCreated() {
+		return true, nil
 	}
-	return n, nil
+	var n int
+	if err := s.get(ctx, &n, `SELECT COUNT(*) FROM client_keys`); err != nil {
+		return false, fmt.Errorf("count client keys: %w", err)
+	}
+	if n > 0 {
+		s.keys.setEverCreated()
+	}
+	return n > 0, nil
+}
+
+// CurrentClientKey reads a key by id as it stands now, for a client already
+// authenticated with it (an open WebSocket checks its key on every
+// request). Reads are reused for keysTTL; every write to a key drops them
+// at once, on every replica (announced like account writes).
+func (s *Store) CurrentClientKey(ctx context.Context, id string) (ClientKey, error) {
+	now := s.now()
+	k, gen, ok := s.keys.cached(id, now)
+	if ok {
+		return k, nil
+	}
+	k, err := s.ClientKey(ctx, id)
+	if err != nil {
+		return ClientKey{}, err
+	}
+	s.keys.keep(id, k, gen, now)
+	return k, nil
 }
 
 // TouchClientKey records one request made with the key.

@@ -90,7 +90,7 @@ const maxAnnouncement = 7900
 // they hold in memory stays coherent with the database.
 type Announcement struct {
 	From string `json:"from"` // the announcing replica
-	Kind string `json:"kind"` // AnnounceForget or AnnounceAccounts
+	Kind string `json:"kind"` // AnnounceForget, AnnounceAccounts or AnnounceKeys
 	// Threads are the (thread key, client scope) pairs whose local state
 	// (continuity, lanes) every replica drops (AnnounceForget).
 	Threads []ThreadRef `json:"threads,omitempty"`
@@ -106,6 +106,7 @@ type ThreadRef struct {
 const (
 	AnnounceForget   = "forget"
 	AnnounceAccounts = "accounts" // an account changed: drop cached listings
+	AnnounceKeys     = "keys"     // a client key changed: drop cached keys
 )
 
 // Announce tells every replica listening on this database (this one too)
@@ -151,8 +152,8 @@ func splitAnnouncement(a Announcement) []Announcement {
 }
 
 // Listen delivers every announcement made on this database to f until ctx
-// ends, dropping this store's cached account listing on each accounts
-// announcement first. After the connection was lost and regained, f gets
+// ends, dropping this store's cached account listing (or client keys) on
+// each accounts (or keys) announcement first. After the connection was lost and regained, f gets
 // an announcement of kind AnnounceResync: whatever was announced meanwhile
 // is unknown, so local state should be dropped. On SQLite it only waits.
 func (s *Store) Listen(ctx context.Context, log *slog.Logger, f func(Announcement)) error {
@@ -176,6 +177,7 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, f func(Announcemen
 		case n := <-l.Notify:
 			if n == nil { // reconnected: announcements may have been missed
 				s.accts.changed()
+				s.keys.changed()
 				f(Announcement{Kind: AnnounceResync})
 				continue
 			}
@@ -184,8 +186,11 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, f func(Announcemen
 				log.Warn("announcement ignored", "err", err)
 				continue
 			}
-			if a.Kind == AnnounceAccounts {
+			switch a.Kind {
+			case AnnounceAccounts:
 				s.accts.changed()
+			case AnnounceKeys:
+				s.keys.changed()
 			}
 			f(a)
 		case <-time.After(time.Minute):

@@ -113,6 +113,20 @@ func TestAnnouncementsReachOtherReplicas(t *testing.T) {
 		return err == nil && len(list) == 1 && list[0].Status == store.StatusPaused
 	}, 10*time.Second, 10*time.Millisecond, "the other replica's listing was dropped by the announcement")
 
+	// A key revoked through one replica stops at once on the other: its
+	// cached read is dropped by the announcement, not left to expire.
+	k, _, err := one.CreateClientKey(ctx, store.ClientKey{Name: "shared"})
+	require.NoError(t, err)
+	got2, err := other.CurrentClientKey(ctx, k.ID)
+	require.NoError(t, err)
+	require.True(t, got2.Usable(time.Now()), "read, and cached, on the other replica")
+	_, err = one.RevokeClientKey(ctx, k.ID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		k2, err := other.CurrentClientKey(ctx, k.ID)
+		return err == nil && !k2.Usable(time.Now())
+	}, 5*time.Second, 10*time.Millisecond, "the revocation reached the other replica's cache")
+
 	var threads []store.ThreadRef
 	for i := range 300 {
 		threads = append(threads, store.ThreadRef{Key: fmt.Sprintf("v1:thread:%s%03d", strings.Repeat("x", 40), i), Scope: "key_1"})

@@ -1,0 +1,120 @@
+package relay
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/codexrelay/codex-relay/relay/wire"
+)
+
+// maxErrorBody bounds an upstream error body the relay reads.
+const maxErrorBody = 1 << 20
+
+// attemptHTTP sends p to ch's account as one HTTP request and forwards the
+// answer to cl: its SSE events, or a JSON document (the legacy compact
+// route). A chained request continuity can rebuild goes in full, so it is
+// served wherever it lands; a prewarm is answered by the relay itself, since
+// an HTTP upstream would generate.
+func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch choice, cl clientStream, h *head) attemptResult {
+	acct := ch.target.Account.ID
+	if r.prewarm() {
+		return s.answerPrewarm(ctx, r, ch, cl, h)
+	}
+	var res attemptResult
+	body := p.body
+	if full, ok := p.full(); ok {
+		body, res.sentFull = full.body, true
+	}
+	if r.transport == "ws" {
+		res.detail = "http: the upstream speaks HTTP only, or the request is too large for its WebSocket"
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := s.cfg.Upstream.post(actx, ch.target, ch.target.ResponsesURL(r.sub), s.upstreamHeader(r, p, acct), body)
+	now := s.cfg.Now()
+	if err != nil {
+		res.detail = joinDetail(res.detail, err.Error())
+		res.facts = attemptEnd{Now: now, Transport: err, Cancelled: ctx.Err() != nil}
+		res.fail = failUnreachable()
+		res.status, res.code = res.fail.status, res.fail.code()
+		return res
+	}
+	defer resp.Body.Close()
+	// The account's usage windows, from this answer's headers, once the
+	// attempt is over (the client is not kept waiting for the write).
+	defer s.foldUsage(context.WithoutCancel(ctx), acct, resp.Header)
+	h.upstream = resp.Header
+	res.status = resp.StatusCode
+
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		f := &failure{status: resp.StatusCode, header: http.Header{}, body: raw,
+			err: apiError{Type: wire.TypeServerError, Message: http.StatusText(resp.StatusCode)}}
+		passHeaders(f.header, resp.Header)
+		if ct := resp.Header.Get("Content-Type"); ct != "" {
+			f.header.Set("Content-Type", ct)
+		}
+		var ep *wire.Error
+		if e, ok := wire.ParseErrorBody(raw); ok {
+			f.err, ep = e, &e
+			res.code, res.detail = errCode(ep), joinDetail(res.detail, e.Message)
+		}
+		retry, _ := wire.ParseRetryAfter(resp.Header, now)
+		res.facts = attemptEnd{Now: now, Status: resp.StatusCode, Err: ep, RetryAfter: retry, Cancelled: ctx.Err() != nil}
+		res.fail = f
+		return res
+	}
+	if !strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {
+		// A JSON answer (the legacy compact route): pass it through.
+		doc, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxBodyBytes))
+		if err != nil {
+			res.detail = joinDetail(res.detail, err.Error())
+			res.facts = attemptEnd{Now: s.cfg.Now(), Transport: err, Cancelled: ctx.Err() != nil}
+			res.fail = failInterrupted()
+			return res
+		}
+		h.decideTurnState(r, cl)
+		s.settle(ctx, r, ch, h, &tracker{}, nil)
+		if err := cl.reply(h, http.StatusOK, doc); err != nil {
+			res.facts = attemptEnd{Now: s.cfg.Now(), Cancelled: true, Committed: true}
+			return res
+		}
+		res.firstEvent = s.cfg.Now().Sub(r.start)
+		res.facts = attemptEnd{Now: s.cfg.Now(), Completed: true, Committed: true}
+		return res
+	}
+	input := p.input // the whole input the upstream saw, for continuity (nil: unknown)
+	settle := func(tr *tracker) {
+		h.decideTurnState(r, cl)
+		s.settle(ctx, r, ch, h, tr, input)
+	}
+	end := s.pump(ctx, r, acct, newHTTPSource(resp.Body, cancel), cl, h, settle)
+	return res.finish(end)
+}
+
+// answerPrewarm answers a WebSocket prewarm (generate: false) on an account
+// served over HTTP: the relay issues the response id Codex chains its next
+// request on, and remembers the input under it.
+func (s *Server) answerPrewarm(ctx context.Context, r *request, ch choice, cl clientStream, h *head) attemptResult {
+	id := "resp_relay_" + r.id
+	tr := &tracker{responseID: id}
+	h.tr = tr
+	h.decideTurnState(r, cl)
+	s.settle(ctx, r, ch, h, tr, r.history)
+	var res attemptResult
+	for _, ev := range []map[string]any{
+		{"type": wire.EventResponseCreated, "response": map[string]any{"id": id, "object": "response", "status": "in_progress", "output": []any{}}},
+		{"type": wire.EventResponseCompleted, "response": map[string]any{"id": id, "object": "response", "status": "completed", "output": []any{}}},
+	} {
+		typ, _ := ev["type"].(string)
+		if err := cl.send(h, typ, mustJSON(ev)); err != nil {
+			res.facts = attemptEnd{Now: s.cfg.Now(), Cancelled: true, Committed: true}
+			return res
+		}
+	}
+	res.status, res.tr, res.firstEvent = http.StatusOK, *tr, s.cfg.Now().Sub(r.start)
+	res.facts = attemptEnd{Now: s.cfg.Now(), Completed: true, Committed: true}
+	return res
+}

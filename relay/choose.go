@@ -1,0 +1,135 @@
+package relay
+
+import (
+	"context"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// choice is an account chosen for one attempt, with what selection read.
+type choice struct {
+	sel    selection
+	prefs  preferences
+	rows   []store.Binding
+	target target
+	// fallbackInScope: the key's scope holds an account of the fallback
+	// group (as the accounts read for this choice said).
+	fallbackInScope bool
+}
+
+// choose reads the accounts in the client's scope, the thread's binding
+// rows and the evidence the request presents, and selects the account for
+// p's next attempt. An account whose credentials cannot be had now (its
+// refresh was rejected, the auth server is away) is passed over.
+func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[string]bool, lane string) (choice, error) {
+	accounts, err := s.cfg.Store.Accounts(ctx)
+	if err != nil {
+		return choice{}, storeUnavailable("read accounts", err)
+	}
+	var ch choice
+	cands := make([]candidate, 0, len(accounts))
+	for _, a := range accounts {
+		if r.client.key.AllowsAccount(a) {
+			cands = append(cands, candidate{Account: a, InFlight: s.InFlight(a.ID)})
+			ch.fallbackInScope = ch.fallbackInScope || isFallback(a)
+		}
+	}
+	ch.rows, err = s.cfg.Store.BindingsFor(ctx, store.BindingLookup{
+		ClientScope: r.client.scope(), ThreadKey: string(r.ident.Key), SessionKey: string(r.ident.SessionKey),
+		RawSession: r.ident.Session, RawThread: r.ident.Thread,
+	})
+	if err != nil {
+		return choice{}, storeUnavailable("read bindings", err)
+	}
+	owner, prefs, err := weighEvidence(s.evidenceOf(r, p, ch.rows, lane))
+	ch.prefs = prefs
+	if err != nil {
+		return ch, err
+	}
+	for {
+		if p.force != "" {
+			// A recovery retry stays on its account, whatever selection would say.
+			ch.sel = selection{AccountID: p.force, Reason: reasonRecovery, Hard: true}
+		} else {
+			ch.sel, err = selectAccount(selectInput{Now: s.cfg.Now(), Owner: owner, Prefs: prefs, Candidates: cands, Exclude: exclude, Group: p.inGroup})
+			if err != nil {
+				return ch, err
+			}
+		}
+		var acct store.Account
+		for _, cd := range cands {
+			if cd.Account.ID == ch.sel.AccountID {
+				acct = cd.Account
+			}
+		}
+		if acct.ID == "" {
+			return ch, &noAccountError{Considered: len(cands)}
+		}
+		cred, err := s.credentials(ctx, acct)
+		if err == nil {
+			ch.target = target{Account: acct, Cred: cred}
+			return ch, nil
+		}
+		// This account cannot be used now: the request goes on without it.
+		s.log.Warn("account credentials unavailable", "account", acct.ID, "err", err)
+		if p.force != "" {
+			return ch, &noAccountError{Considered: len(cands)}
+		}
+		exclude[acct.ID] = true
+	}
+}
+
+// evidenceOf reads what weighEvidence decides on: who issued the client's
+// turn state, who alone can continue its previous_response_id, the lane's
+// account, and the organisation of the thread's ciphertext.
+func (s *Server) evidenceOf(r *request, p plan, rows []store.Binding, lane string) evidenceInput {
+	in := evidenceInput{rows: rows, ident: r.ident, lane: lane}
+	if r.turnState != "" && !p.released {
+		if o, ok := s.owners.get(turnStateKey(r.turnState)); ok && o.scope == r.client.scope() {
+			in.turnStateOwner = o.account
+		}
+	}
+	if prev := r.fields.PreviousResponseID; prev != "" && !r.rebuildable() {
+		// Only the account that produced it can continue from this id. When
+		// continuity can rebuild the full request instead, the id binds
+		// nothing: the request may move like any other.
+		if o, ok := s.owners.get(responseKey(prev)); ok && o.scope == r.client.scope() {
+			in.prevOwner = o.account
+		}
+	}
+	if snap, ok := s.conts.Lookup(r.contKey()); ok && len(snap.CiphertextOrgs) > 0 {
+		in.organization = snap.CiphertextOrgs[len(snap.CiphertextOrgs)-1]
+	}
+	return in
+}
+
+// chooseFor selects the account for p's next attempt through every way out
+// the rules allow: when an unavailable owner may be retired (seed 003),
+// without it; when the pool is exhausted, in the fallback group. It returns
+// the plan those rules made.
+func (s *Server) chooseFor(ctx context.Context, r *request, p plan, exclude map[string]bool, lane string) (choice, plan, error) {
+	ch, err := s.choose(ctx, r, p, exclude, lane)
+	if err == nil {
+		return ch, p, nil
+	}
+	if next, ok := s.retireOwner(ctx, r, p, ch, err, exclude); ok {
+		p = next
+		if ch, err = s.choose(ctx, r, p, exclude, lane); err == nil {
+			return ch, p, nil
+		}
+	}
+	if next, ok := s.fallBack(p, ch, err); ok {
+		p = next
+		ch, err = s.choose(ctx, r, p, exclude, lane)
+	}
+	return ch, p, err
+}
+
+// credentials returns an account's credentials, fresh when a TokenSource
+// is configured.
+func (s *Server) credentials(ctx context.Context, a store.Account) (store.Credentials, error) {
+	if s.cfg.Tokens != nil {
+		return s.cfg.Tokens.Token(ctx, a)
+	}
+	return s.cfg.Store.Credentials(ctx, a.ID)
+}

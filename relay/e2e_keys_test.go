@@ -1,0 +1,144 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// A key is checked before every request of an open WebSocket, not only at
+// its handshake: a revoked or expired key's next turn gets an error event
+// Codex shows, and the socket closes. Each turn counts in the key's use.
+func TestKeyIsCheckedOnEveryWebSocketTurn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	ctx := context.Background()
+	k, secret, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "laptop"})
+	require.NoError(t, err)
+	c := h.dialWSWith(sessionS, rootT, http.Header{"Authorization": {"Bearer " + secret}})
+	for range 2 {
+		typ, _ := lastEvent(c.turn(responseRequest("hello")))
+		require.Equal(t, "response.completed", typ)
+	}
+	counted, err := h.store.ClientKey(ctx, k.ID)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, counted.RequestCount, "the handshake and each turn count")
+
+	before := len(h.responseRecords(rootT))
+	_, err = h.store.RevokeClientKey(ctx, k.ID)
+	require.NoError(t, err)
+	events := c.turn(responseRequest("still allowed?"))
+	ev := events[len(events)-1]
+	assert.Equal(t, "error", ev["type"])
+	assert.EqualValues(t, 401, ev["status"])
+	assert.Equal(t, "invalid_api_key", ev["error"].(map[string]any)["code"])
+	assert.Len(t, h.responseRecords(rootT), before, "nothing went upstream")
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, _, err = c.conn.Read(rctx)
+	assert.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "the socket closes: %v", err)
+}
+
+// An expired key stops at its next turn too, without any write to the key.
+func TestExpiredKeyStopsAnOpenWebSocket(t *testing.T) {
+	t.Parallel()
+	clk := newTestClock(time.Now())
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.Now = clk.Now }, simAccount("a1", "org-a"))
+	ctx := context.Background()
+	_, secret, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "short", ExpiresAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	c := h.dialWSWith(sessionS, rootT, http.Header{"Authorization": {"Bearer " + secret}})
+	typ, _ := lastEvent(c.turn(responseRequest("hello")))
+	require.Equal(t, "response.completed", typ)
+	clk.Add(2 * time.Hour)
+	events := c.turn(responseRequest("later"))
+	assert.Equal(t, "error", events[len(events)-1]["type"])
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, _, err = c.conn.Read(rctx)
+	assert.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err))
+}
+
+// Keyless mode is a choice made once, by creating no key: a keyless socket
+// opened before the first key is refused at its next turn, and revoking
+// every key never re-opens the relay.
+func TestKeylessModeEndsForGood(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	ctx := context.Background()
+	c := h.dialWS(sessionS, rootT)
+	typ, _ := lastEvent(c.turn(responseRequest("hello")))
+	require.Equal(t, "response.completed", typ, "keyless loopback is served")
+
+	k, _, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "first"})
+	require.NoError(t, err)
+	events := c.turn(responseRequest("still keyless?"))
+	assert.Equal(t, "error", events[len(events)-1]["type"], "the open keyless socket is refused once a key exists")
+	_, err = h.store.RevokeClientKey(ctx, k.ID)
+	require.NoError(t, err)
+
+	b, _ := json.Marshal(responseRequest("hi"))
+	code, _, body := h.raw("POST", "/backend-api/codex/responses", http.Header{"Content-Type": {"application/json"}}, b)
+	assert.Equal(t, http.StatusUnauthorized, code, body)
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(dctx, "ws"+h.srv.URL[len("http"):]+"/backend-api/codex/responses", nil)
+	require.Error(t, err)
+	if resp != nil {
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+}
+
+// In keyless mode a web page on the operator's machine cannot spend the
+// pool or read answers: requests a browser made (a foreign Origin, a
+// cross-site fetch, a Host that is no loopback name, as DNS rebinding
+// gives) are refused; Codex's own requests are not.
+func TestKeylessRefusesWebPages(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	b, _ := json.Marshal(responseRequest("hi"))
+	for _, tc := range []struct {
+		name string
+		hdr  http.Header
+		host string
+		want int
+	}{
+		{"codex", nil, "", http.StatusOK},
+		{"a loopback page", http.Header{"Origin": {"http://localhost:3000"}}, "", http.StatusOK},
+		{"a foreign page", http.Header{"Origin": {"https://evil.example"}}, "", http.StatusForbidden},
+		{"an opaque origin", http.Header{"Origin": {"null"}}, "", http.StatusForbidden},
+		{"a cross-site fetch", http.Header{"Sec-Fetch-Site": {"cross-site"}}, "", http.StatusForbidden},
+		{"DNS rebinding", nil, "evil.example:2455", http.StatusForbidden},
+		{"localhost by name", nil, "localhost", http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/backend-api/codex/responses", bytes.NewReader(b))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Thread-Id", rootT)
+			for k, v := range tc.hdr {
+				req.Header[k] = v
+			}
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body := readAllString(t, resp)
+			assert.Equal(t, tc.want, resp.StatusCode, body)
+			if tc.want == http.StatusForbidden {
+				assert.Contains(t, body, "browser_request_refused")
+			}
+		})
+	}
+}

@@ -1,0 +1,82 @@
+package relay
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/codexrelay/codex-relay/bridge"
+	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// request is one client request on the Responses routes, as admitted: who
+// sent it, who it says it is, and its body. It does not change once
+// admitted; what each attempt sends, and where, is a plan (plan.go).
+type request struct {
+	id        string
+	start     time.Time
+	transport string // "http" or "ws"
+	path      string
+	sub       string // "" or "/compact"
+	hopFrom   string // the replica that forwarded this request here, if one did
+	client    client
+	ident     Identity
+	header    http.Header // the client's headers, as they may go upstream
+	// body is a Responses request body (a WebSocket message without its
+	// "type"), and fields what the relay reads of it.
+	body   []byte
+	fields continuity.Fields
+	// turnState is the client's x-codex-turn-state, if any.
+	turnState string
+	// history is the whole input behind body: its own input or, when it
+	// chains with previous_response_id, the thread's history up to that
+	// response and then the new items, from continuity; nil when continuity
+	// does not hold the chain.
+	history []json.RawMessage
+}
+
+// newRequest admits a request: its history is resolved once, from
+// continuity as it stands when the request arrives (a request's own
+// attempts commit nothing before it ends).
+func (s *Server) newRequest(transport, path, sub string, cl client, ident Identity, header http.Header, body []byte, fields continuity.Fields, turnState string) *request {
+	now := s.cfg.Now()
+	r := &request{id: store.NewID("req", now), start: now, transport: transport, path: path, sub: sub,
+		client: cl, ident: ident, header: header, body: body, fields: fields, turnState: turnState}
+	switch prev := fields.PreviousResponseID; {
+	case prev == "":
+		r.history = fields.Input
+	case ident.Key != "":
+		if h, err := s.conts.Resolve(r.contKey(), prev, fields.Input); err == nil {
+			r.history = h
+		}
+	}
+	return r
+}
+
+// rebuildable reports whether continuity holds the history behind the
+// request's previous_response_id, so the full request can go anywhere.
+func (r *request) rebuildable() bool {
+	return r.fields.PreviousResponseID != "" && r.history != nil
+}
+
+func (r *request) contKey() continuity.Key {
+	return continuity.Key{Thread: string(r.ident.Key), Scope: r.client.scope()}
+}
+
+// threadLane is the key of the thread's bridge lane.
+func (r *request) threadLane() bridge.Key {
+	return bridge.Key{Thread: string(r.ident.Key), Scope: r.client.scope()}
+}
+
+// prewarm reports a WebSocket prewarm (generate: false): it asks for a
+// response id to chain on, not for output.
+func (r *request) prewarm() bool {
+	return r.fields.Generate != nil && !*r.fields.Generate
+}
+
+// responseBody reads a WebSocket response.create into a Responses request
+// body: the message without its "type", every other byte as it came.
+func responseBody(msg []byte) []byte {
+	return withoutMember(msg, "type")
+}

@@ -1,0 +1,111 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/wire"
+)
+
+// settle records what a completed response leaves behind, before its
+// terminal event reaches the client (which may send its next request the
+// moment it reads it): who issued its turn state and produced its id, the
+// thread's continuity (input is the whole history the upstream saw; nil:
+// unknown, nothing is remembered), the binding plan and fresh soft rows, and
+// an account that served again after its reset.
+func (s *Server) settle(ctx context.Context, r *request, ch choice, h *head, tr *tracker, input []json.RawMessage) {
+	ctx = context.WithoutCancel(ctx)
+	acct := ch.target.Account.ID
+	if h.turnState != "" {
+		s.owners.put(turnStateKey(h.turnState), owner{account: acct, scope: r.client.scope(), proxy: h.proxy})
+	}
+	if tr.responseID != "" {
+		s.owners.put(responseKey(tr.responseID), owner{account: acct, scope: r.client.scope()})
+	}
+	if input != nil && r.ident.Key != "" && tr.responseID != "" {
+		ts := ""
+		if !h.proxy {
+			ts = h.turnState
+		}
+		s.conts.Commit(r.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: input, Output: tr.output,
+			AccountID: acct, Organization: ch.target.Account.Organization, TurnState: ts})
+	}
+	if r.ident.Key != "" {
+		plan := planBinding(ch.sel, ch.prefs)
+		if plan.Write {
+			err := s.cfg.Store.Place(ctx, store.Placement{
+				ClientScope: r.client.scope(), ThreadKey: string(r.ident.Key), SessionKey: string(r.ident.SessionKey),
+				SessionID: r.ident.Session, ThreadID: r.ident.Thread, AccountID: acct,
+				Source: plan.Source, TTL: s.cfg.BindingTTL, SeedSession: plan.SeedSession,
+			})
+			if err != nil {
+				s.log.Warn("write binding", "err", err)
+			}
+		}
+		var touch []string
+		now := s.cfg.Now()
+		for _, b := range ch.rows {
+			if b.Strength == store.Soft && b.AccountID == ch.target.Account.ID && needsTouch(b.LastSeenAt, now, s.cfg.BindingTTL) {
+				touch = append(touch, b.ID)
+			}
+		}
+		if err := s.cfg.Store.TouchBindings(ctx, touch, s.cfg.BindingTTL); err != nil {
+			s.log.Warn("touch bindings", "err", err)
+		}
+	}
+	if a := ch.target.Account; a.Status == store.StatusRateLimited || a.Status == store.StatusQuotaExceeded {
+		// Served after its reset: live traffic is the probe that confirms it.
+		if _, err := s.cfg.Store.SetAccountStatus(ctx, a.ID, store.StatusActive, "served again after its reset", time.Time{}); err != nil {
+			s.log.Warn("mark account active", "account", a.ID, "err", err)
+		}
+	}
+}
+
+// needsTouch reports whether a soft row last seen at seen is due a refresh:
+// once a sixtieth of its TTL has passed (six minutes of six hours), not on
+// every turn of an active thread. The row's expiry then lags the thread's
+// last activity by at most that much.
+func needsTouch(seen, now time.Time, ttl time.Duration) bool {
+	return now.Sub(seen) >= ttl/60
+}
+
+// penalise applies an outcome's penalty to an account.
+func (s *Server) penalise(ctx context.Context, accountID string, p *penalty) {
+	if p == nil {
+		return
+	}
+	if _, err := s.cfg.Store.SetAccountStatus(ctx, accountID, p.Status, p.Reason, p.Until); err != nil {
+		s.log.Warn("penalise account", "account", accountID, "err", err)
+	}
+}
+
+// foldUsage records the usage windows an upstream reported in headers.
+func (s *Server) foldUsage(ctx context.Context, accountID string, h http.Header) {
+	s.foldLimits(ctx, accountID, wire.ParseRateLimitHeaders(h))
+}
+
+// foldLimits records reported usage windows for an account.
+func (s *Server) foldLimits(ctx context.Context, accountID string, rl wire.RateLimits) {
+	p, sec := usageWindow(rl.Primary), usageWindow(rl.Secondary)
+	if !p.Known && !sec.Known {
+		return
+	}
+	if err := s.cfg.Store.UpdateUsage(ctx, accountID, p, sec); err != nil {
+		s.log.Warn("update usage", "account", accountID, "err", err)
+	}
+}
+
+func usageWindow(w *wire.RateLimitWindow) store.Window {
+	if w == nil {
+		return store.Window{}
+	}
+	sw := store.Window{UsedPercent: w.UsedPercent, WindowMinutes: w.WindowMinutes, Known: true}
+	if w.ResetAt > 0 {
+		sw.ResetAt = time.Unix(w.ResetAt, 0).UTC()
+	}
+	return sw
+}

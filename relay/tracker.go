@@ -1,0 +1,127 @@
+package relay
+
+import (
+	"cmp"
+	"encoding/json"
+
+	"github.com/codexrelay/codex-relay/relay/wire"
+)
+
+// responseEnvelope reads the parts of response.created/completed/failed the
+// relay needs.
+type responseEnvelope struct {
+	Response struct {
+		ID    string      `json:"id"`
+		Error *wire.Error `json:"error"`
+		Usage *struct {
+			InputTokens        int64 `json:"input_tokens"`
+			OutputTokens       int64 `json:"output_tokens"`
+			InputTokensDetails *struct {
+				CachedTokens int64 `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
+		} `json:"usage"`
+	} `json:"response"`
+}
+
+// tracker follows one upstream stream: ids, output items, usage, terminal.
+type tracker struct {
+	responseID string
+	output     []json.RawMessage
+	input      int64
+	outputTok  int64
+	cached     int64
+	terminal   string
+	failure    *wire.Error
+	failStatus int
+	work       bool
+	events     int
+	turnState  string
+	// limits are the usage windows a codex.rate_limits event reported.
+	limits *wire.RateLimits
+}
+
+// semantic reports whether an event carries work the client acts on.
+func semantic(typ string) bool {
+	switch typ {
+	case wire.EventResponseCreated, wire.EventResponseInProgress, wire.EventResponseMetadata, wire.EventRateLimits, "":
+		return false
+	}
+	return !wire.IsTerminal(typ)
+}
+
+// observe updates the tracker from one event; only the few event types that
+// carry ids, items or errors are decoded.
+func (t *tracker) observe(typ string, data []byte) {
+	t.events++
+	switch typ {
+	case wire.EventResponseCreated, wire.EventResponseCompleted, wire.EventResponseIncomplete, wire.EventResponseFailed:
+		var env responseEnvelope
+		if json.Unmarshal(data, &env) == nil {
+			if env.Response.ID != "" {
+				t.responseID = env.Response.ID
+			}
+			if u := env.Response.Usage; u != nil {
+				t.input, t.outputTok = u.InputTokens, u.OutputTokens
+				if u.InputTokensDetails != nil {
+					t.cached = u.InputTokensDetails.CachedTokens
+				}
+			}
+			if typ == wire.EventResponseFailed {
+				t.failure = env.Response.Error
+				if t.failure == nil {
+					t.failure = &wire.Error{Type: wire.TypeServerError, Message: "response.failed"}
+				}
+			}
+		}
+	case wire.EventOutputItemDone:
+		var env struct {
+			Item json.RawMessage `json:"item"`
+		}
+		if json.Unmarshal(data, &env) == nil && len(env.Item) > 0 {
+			t.output = append(t.output, env.Item)
+		}
+	case wire.EventError:
+		if ev, ok := wire.ParseErrorEvent(data); ok {
+			t.failure, t.failStatus = &ev.Error, ev.Status
+		} else {
+			t.failure = &wire.Error{Type: wire.TypeServerError, Message: "upstream error event"}
+		}
+	case wire.EventRateLimits:
+		var ev wire.RateLimitsEvent
+		if json.Unmarshal(data, &ev) == nil {
+			rl := wire.RateLimits{}
+			if p := ev.RateLimits.Primary; p != nil {
+				w := p.RateLimitWindow
+				rl.Primary = &w
+			}
+			if sw := ev.RateLimits.Secondary; sw != nil {
+				w := sw.RateLimitWindow
+				rl.Secondary = &w
+			}
+			t.limits = &rl
+		}
+	case wire.EventResponseMetadata:
+		var env struct {
+			Headers map[string]string `json:"headers"`
+		}
+		if json.Unmarshal(data, &env) == nil {
+			if ts := env.Headers[wire.HeaderTurnState]; ts != "" {
+				t.turnState = ts
+			}
+		}
+	}
+	if wire.IsTerminal(typ) {
+		t.terminal = typ
+	}
+	if semantic(typ) {
+		t.work = true
+	}
+}
+
+// errCode is an upstream error's stable code, for records.
+func errCode(e *wire.Error) string {
+	if e == nil {
+		return ""
+	}
+	return cmp.Or(e.Code, e.Type)
+}
