@@ -1,7 +1,10 @@
 package oauth_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -176,13 +179,154 @@ func FuzzParseAuthJSON(f *testing.F) {
 	})
 }
 
+// FuzzParseClaims checks ParseClaims two ways. A token built from claims
+// (encoded the way auth.openai.com encodes them) parses, and reads back
+// what was put in: expiry, email, workspace, user, plan and organisations.
+// Any other string parses only when it is header.payload.signature with a
+// payload that is a base64url JSON object, and parses the same way twice.
 func FuzzParseClaims(f *testing.F) {
-	f.Add(jwt(map[string]any{"exp": 1, "https://api.openai.com/auth": map[string]any{"organizations": []any{1, "x", map[string]any{"id": "o"}}}}))
-	f.Add("a.b.c")
-	f.Fuzz(func(t *testing.T, token string) {
+	f.Add("a.b.c", "dev@example.com", "", int64(1_900_000_000), int64(1_899_000_000),
+		"ws-personal", "plus", "user-1", "", "", "org-a", "", false)
+	f.Add(jwt(map[string]any{"exp": 1, "https://api.openai.com/auth": map[string]any{"organizations": []any{1, "x", map[string]any{"id": "o"}}}}),
+		" ", " p@example.com ", int64(0), int64(-5), "", "team", "", "user-legacy", "org-x", "org-a", "org-b", true)
+	f.Add(jwt(map[string]any{"email": "a@b.c"})+"=", "\xff\xfe", "", int64(1)<<53, int64(1)<<60,
+		"ws\t", "pro", "", "", "  ", "", "org-only", false)
+	f.Add("eyJhbGciOiJub25lIn0.bnVsbA.sig", "", "", int64(-1), int64(1), "", "", "", "", "", "org-a", "org-b", true)
+	f.Add(`{"exp":1.9e9,"email":7,"https://api.openai.com/auth":{"organizations":"x"}}`, "", "", int64(0), int64(0), "", "", "", "", "", "", "", false)
+	f.Add(`{"https://api.openai.com/profile":{"email":["a"]},"iat":"now"}`, "", "", int64(0), int64(0), "", "", "", "", "", "", "", false)
+	// Regression seeds of bugs the fuzzer found: a profile or auth claim that
+	// is no object failed the whole token; an exp past what time.Time holds
+	// wrapped round to a time long past; claim names matched in any case.
+	f.Add(`{"https://api.openai.com/auth":{"chatgpt_account_id":"ws"},"https://api.openai.com/profile":"p@example.com"}`,
+		"", "", int64(math.MaxInt64), int64(math.MaxInt64-511), "", "", "", "", "", "", "", false)
+	f.Add(`{"https://api.openai.com/auth":1}`, "", "", int64(1)<<62, int64(math.MaxInt64-62_135_596_800+4096), "", "", "", "", "", "", "", false)
+	f.Add(`{"https://api.openai.com/auth":{},"https://aPi.openai.com/auth":1}`, "", "", int64(0), int64(0), "", "", "", "", "", "", "", false)
+	f.Add("eyJhbGciOiJub25lIn0.W10.sig", "", "", int64(0), int64(0), "", "", "", "", "", "", "", false)
+	f.Fuzz(func(t *testing.T, token, email, profileEmail string, exp, iat int64,
+		accountID, plan, chatgptUserID, userID, orgID, orgA, orgB string, bDefault bool) {
+		// Any string: an error, or a token of the right shape read the same
+		// way every time.
 		c, err := oauth.ParseClaims(token)
-		if err == nil {
-			_ = c.Organization()
+		again, errAgain := oauth.ParseClaims(token)
+		require.Equal(t, err == nil, errAgain == nil, "parsing twice")
+		assert.Equal(t, c, again, "parsing twice")
+		payload, shaped := jwtPayload(token)
+		isObject := shaped && json.Valid(payload) && (bytes.HasPrefix(bytes.TrimSpace(payload), []byte("{")) ||
+			string(bytes.TrimSpace(payload)) == "null")
+		if !isObject {
+			require.Error(t, err, "the payload is not a base64url JSON object: %q", payload)
 		}
+
+		// The fuzzed string as a payload: any JSON object parses (unknown or
+		// mistyped claims are ignored), anything else is an error.
+		_, err = oauth.ParseClaims(jwtWithPayload([]byte(token)))
+		trimmed := bytes.TrimSpace([]byte(token))
+		if json.Valid(trimmed) && (trimmed[0] == '{' || string(trimmed) == "null") {
+			assert.NoError(t, err, "a JSON object payload")
+		} else {
+			assert.Error(t, err, "a payload that is not a JSON object")
+		}
+
+		// A token built from claims: what was put in is read back.
+		orgs := []map[string]any{{"id": orgA, "title": "A"}, {"id": orgB, "is_default": bDefault}}
+		token = jwt(map[string]any{
+			"email": email, "exp": exp, "iat": iat,
+			"https://api.openai.com/profile": map[string]any{"email": profileEmail},
+			"https://api.openai.com/auth": map[string]any{"chatgpt_account_id": accountID, "chatgpt_plan_type": plan,
+				"chatgpt_user_id": chatgptUserID, "user_id": userID, "organization_id": orgID, "organizations": orgs},
+		})
+		c, err = oauth.ParseClaims(token)
+		require.NoError(t, err, "a token built from claims")
+		want := oauth.Claims{
+			Email:            firstNonBlank(sent(email), sent(profileEmail)),
+			ChatGPTAccountID: strings.TrimSpace(sent(accountID)),
+			PlanType:         strings.TrimSpace(sent(plan)),
+			UserID:           firstNonBlank(sent(chatgptUserID), sent(userID)),
+			OrganizationID:   strings.TrimSpace(sent(orgID)),
+		}
+		if id := sent(orgA); id != "" {
+			want.Organizations = append(want.Organizations, oauth.Organization{ID: id, Title: "A"})
+		}
+		if id := sent(orgB); id != "" {
+			want.Organizations = append(want.Organizations, oauth.Organization{ID: id, Default: bDefault})
+		}
+		for _, tc := range []struct {
+			name string
+			in   int64
+			got  *time.Time
+			want *time.Time
+		}{{"exp", exp, &c.ExpiresAt, &want.ExpiresAt}, {"iat", iat, &c.IssuedAt, &want.IssuedAt}} {
+			switch {
+			case tc.in <= 0:
+				// Not a time: absent.
+			case tc.in <= endOf9999:
+				*tc.want = time.Unix(tc.in, 0).UTC()
+			default:
+				// Far beyond any real token: "never", read as the end of
+				// year 9999, not wrapped round to a time long past.
+				*tc.want = time.Unix(endOf9999, 0).UTC()
+			}
+		}
+		assert.Equal(t, want, c)
+		assert.Equal(t, organization(want), c.Organization())
 	})
+}
+
+// jwtPayload is the decoded middle part of a header.payload.signature
+// token; false when the token is not of that shape.
+func jwtPayload(token string) ([]byte, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+		return nil, false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	return b, err == nil
+}
+
+// endOf9999 is the last second a NumericDate claim is read as.
+const endOf9999 = 253402300799
+
+// jwtWithPayload is a header.payload.signature token around payload.
+func jwtWithPayload(payload []byte) string {
+	return "eyJhbGciOiJub25lIn0." + base64.RawURLEncoding.EncodeToString(payload) + ".sig"
+}
+
+// sent is s as it reads after a JSON round trip (invalid UTF-8 becomes
+// U+FFFD).
+func sent(s string) string {
+	b, _ := json.Marshal(s)
+	var out string
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+func firstNonBlank(ss ...string) string {
+	for _, s := range ss {
+		if s = strings.TrimSpace(s); s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// organization is the reference for Claims.Organization: the
+// organization_id claim, else the default organisation, else the only one.
+func organization(c oauth.Claims) string {
+	if c.OrganizationID != "" {
+		return c.OrganizationID
+	}
+	var ids, defaults []string
+	for _, o := range c.Organizations {
+		ids = append(ids, o.ID)
+		if o.Default {
+			defaults = append(defaults, o.ID)
+		}
+	}
+	switch {
+	case len(defaults) > 0:
+		return defaults[0]
+	case len(ids) == 1:
+		return ids[0]
+	}
+	return ""
 }

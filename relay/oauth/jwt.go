@@ -47,24 +47,21 @@ func ParseClaims(token string) (Claims, error) {
 	if err != nil {
 		return Claims{}, errNotJWT
 	}
-	var raw struct {
-		Email   json.RawMessage `json:"email"`
-		Exp     json.RawMessage `json:"exp"`
-		Iat     json.RawMessage `json:"iat"`
-		Profile struct {
-			Email json.RawMessage `json:"email"`
-		} `json:"https://api.openai.com/profile"`
-		Auth map[string]json.RawMessage `json:"https://api.openai.com/auth"`
-	}
+	// The claims by their exact names; each is read on its own, so one of
+	// an unexpected type is ignored rather than failing the token.
+	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &raw); err != nil {
 		return Claims{}, errNotJWT
 	}
-	c := Claims{Email: jsonString(raw.Email)}
+	var profile, auth map[string]json.RawMessage
+	_ = json.Unmarshal(raw["https://api.openai.com/profile"], &profile)
+	_ = json.Unmarshal(raw["https://api.openai.com/auth"], &auth)
+	c := Claims{Email: jsonString(raw["email"])}
 	if c.Email == "" {
-		c.Email = jsonString(raw.Profile.Email)
+		c.Email = jsonString(profile["email"])
 	}
-	c.ExpiresAt, c.IssuedAt = unixClaim(raw.Exp), unixClaim(raw.Iat)
-	if a := raw.Auth; a != nil {
+	c.ExpiresAt, c.IssuedAt = unixClaim(raw["exp"]), unixClaim(raw["iat"])
+	if a := auth; a != nil {
 		c.ChatGPTAccountID = jsonString(a["chatgpt_account_id"])
 		c.PlanType = jsonString(a["chatgpt_plan_type"])
 		c.UserID = jsonString(a["chatgpt_user_id"])
@@ -104,13 +101,18 @@ func (c Claims) Organization() string {
 	return ""
 }
 
+// maxClaimTime is the last second a NumericDate claim is read as (the end
+// of year 9999): a larger one means "never", and must not wrap round to a
+// time long past.
+const maxClaimTime = 253402300799
+
 // unixClaim reads a NumericDate claim; zero when absent or not a number.
 func unixClaim(raw json.RawMessage) time.Time {
 	var v float64
 	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil || v <= 0 {
 		return time.Time{}
 	}
-	return time.Unix(int64(v), 0).UTC()
+	return time.Unix(int64(min(v, maxClaimTime)), 0).UTC()
 }
 
 func jsonString(raw json.RawMessage) string {

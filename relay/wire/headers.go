@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 )
@@ -92,12 +93,14 @@ func (rl RateLimits) SetHeaders(h http.Header) {
 }
 
 // ParseRateLimitHeaders reads the rate-limit headers of h. A window is
-// present when its used-percent header parses; unparsable values are left
-// zero rather than failing, since they come from an upstream.
+// present when its used-percent header is a finite number (NaN and Inf, which
+// strconv accepts, would poison account selection and cannot be encoded as
+// JSON); unparsable values are left zero rather than failing, since they
+// come from an upstream.
 func ParseRateLimitHeaders(h http.Header) RateLimits {
 	window := func(used, minutes, reset string) *RateLimitWindow {
 		p, err := strconv.ParseFloat(h.Get(used), 64)
-		if err != nil {
+		if err != nil || math.IsNaN(p) || math.IsInf(p, 0) {
 			return nil
 		}
 		w := &RateLimitWindow{UsedPercent: p}
