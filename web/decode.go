@@ -3,8 +3,11 @@ package web
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -29,12 +32,12 @@ func decodeJSON(c echo.Context, v any) error {
 }
 
 func jsonError(err error) error {
+	if he := bodyError(err); he != nil {
+		return he
+	}
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
-	var maxErr *http.MaxBytesError
 	switch {
-	case errors.As(err, &maxErr):
-		return &HTTPError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large", Msg: "request body too large"}
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
@@ -52,6 +55,64 @@ func jsonError(err error) error {
 		return badField(field, "unknown field")
 	}
 	return &HTTPError{Status: http.StatusBadRequest, Code: "invalid_json", Msg: "malformed JSON", Err: err}
+}
+
+// bodyError is the answer to a failure to read a request body that is not
+// the body's fault as JSON or form: 413 past the size limit (limitBody),
+// 408 past the read deadline (bodyDeadline). Nil for any other failure.
+func bodyError(err error) *HTTPError {
+	var maxErr *http.MaxBytesError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &maxErr):
+		return tooLarge(maxErr.Limit)
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return &HTTPError{Status: http.StatusRequestTimeout, Code: "request_timeout", Msg: "the request body did not arrive in time", Err: err}
+	}
+	return nil
+}
+
+// tooLarge is the answer to a body over limit bytes.
+func tooLarge(limit int64) *HTTPError {
+	size := fmt.Sprintf("%d KiB", limit>>10)
+	if limit%(1<<20) == 0 {
+		size = fmt.Sprintf("%d MiB", limit>>20)
+	}
+	return &HTTPError{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large",
+		Msg: "request body too large (the limit is " + size + ")"}
+}
+
+// maxFormMemory is how much of a multipart form is kept in memory; the body
+// limit is below it, so no form spills to temporary files.
+const maxFormMemory = 32 << 20
+
+// readForm parses the form of a console request with a body (urlencoded or
+// multipart) before any handler or check looks at it. Echo's FormValue
+// swallows read errors, so a body over the limit, or cut by its read
+// deadline, would otherwise reach the CSRF check and the handlers as empty
+// fields (and be answered "stale form"); here it is answered 413 or 408, and
+// a form that does not parse 400.
+func readForm(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			return next(c)
+		}
+		// ParseForm first: ParseMultipartForm answers ErrNotMultipart for a
+		// urlencoded form even when reading it failed.
+		err := r.ParseForm()
+		if err == nil {
+			err = r.ParseMultipartForm(maxFormMemory)
+		}
+		if err != nil && !errors.Is(err, http.ErrNotMultipart) {
+			if he := bodyError(err); he != nil {
+				return he
+			}
+			return &HTTPError{Status: http.StatusBadRequest, Code: "invalid_form", Msg: "the form could not be read", Err: err}
+		}
+		return next(c)
+	}
 }
 
 func jsonKind(goKind string) string {

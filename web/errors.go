@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -67,7 +68,9 @@ func toHTTPError(err error) *HTTPError {
 		case http.StatusMethodNotAllowed:
 			code = "method_not_allowed"
 		case http.StatusRequestEntityTooLarge:
-			code = "body_too_large"
+			code = "request_too_large"
+		case http.StatusRequestTimeout:
+			code = "request_timeout"
 		case http.StatusUnauthorized:
 			code = "unauthorized"
 		case http.StatusForbidden:
@@ -84,15 +87,44 @@ func toHTTPError(err error) *HTTPError {
 	return &HTTPError{Status: http.StatusInternalServerError, Code: "internal_error", Msg: "internal error", Err: err}
 }
 
+// statusClientClosed is the status of a request whose client went away
+// before it was answered. HTTP has none; 499 is nginx's, which dashboards
+// know.
+const statusClientClosed = 499
+
+// answerTo is what a request that failed with err is answered and counted
+// as: toHTTPError's answer, except that a server fault caused by the client
+// going away (its request context cancelled, or err wrapping
+// context.Canceled) is the client's doing, not a 500. Answers below 500
+// stand: a body cut by its read deadline also cancels the context, and is
+// still a 408.
+func answerTo(c echo.Context, err error) *HTTPError {
+	he := toHTTPError(err)
+	if he.Status >= 500 && (errors.Is(err, context.Canceled) || clientGone(c)) {
+		return &HTTPError{Status: statusClientClosed, Code: "client_closed_request", Msg: "the client closed the request", Err: err}
+	}
+	return he
+}
+
+// clientGone reports whether the request's context was cancelled: net/http
+// does that when the client hangs up (or the server is closed under it).
+func clientGone(c echo.Context) bool {
+	return errors.Is(c.Request().Context().Err(), context.Canceled)
+}
+
 // handleError renders every error in one place: the console gets an error
 // page, everything else the one JSON shape. The shown message (Msg) is kept
-// apart from the cause (Err), which is logged for server faults.
+// apart from the cause (Err), which is logged for server faults; a request
+// the client abandoned is routine, logged at debug level only.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	he := toHTTPError(err)
-	if he.Status >= 500 {
+	he := answerTo(c, err)
+	switch {
+	case he.Status == statusClientClosed:
+		s.log.Debug("request cancelled by the client", "method", c.Request().Method, "path", c.Path(), "err", err)
+	case he.Status >= 500:
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
 	}
 	if c.Request().Method == http.MethodHead {
@@ -122,6 +154,10 @@ func errorTitle(status int) string {
 		return "Not found"
 	case http.StatusTooManyRequests:
 		return "Too many requests"
+	case http.StatusRequestEntityTooLarge:
+		return "Request too large"
+	case http.StatusRequestTimeout:
+		return "Request took too long"
 	}
 	if status >= 500 {
 		return "Something went wrong"

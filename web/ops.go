@@ -32,18 +32,22 @@ func (s *Server) metricsHandler() echo.HandlerFunc {
 	return echo.WrapHandler(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 }
 
-// httpMetrics counts every request by route pattern (never the raw path, so
-// ids do not explode the label space), method and status.
+// httpMetrics counts every request by route pattern, method and status.
+// Every label is bounded to a known set whatever the client sends, so a
+// client cannot grow the number of series: the route is a registered
+// pattern or "unmatched" (never the raw path), the method a standard one
+// or "other", the code a status net/http knows (or 499) or "other".
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	routes   map[string]bool // registered route patterns; static after setRoutes
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	m := &httpMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codex_relay_http_requests_total",
-			Help: "HTTP requests served, by route pattern, method and status code.",
+			Help: "HTTP requests served, by route pattern, method and status code (499: the client went away first).",
 		}, []string{"route", "method", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "codex_relay_http_request_duration_seconds",
@@ -55,21 +59,63 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	return m
 }
 
+// setRoutes records the route patterns that may appear as labels. Echo
+// reports a registered pattern as the path already; the set makes that a
+// property of this code rather than of echo's router.
+func (m *httpMetrics) setRoutes(routes []*echo.Route) {
+	m.routes = make(map[string]bool, len(routes))
+	for _, r := range routes {
+		m.routes[r.Path] = true
+	}
+}
+
 func (m *httpMetrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
 		err := next(c)
-		status := c.Response().Status
-		if err != nil {
-			status = toHTTPError(err).Status
-		}
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
-		}
-		method := c.Request().Method
-		m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+		route, method := m.routeLabel(c.Path()), methodLabel(c.Request().Method)
+		m.requests.WithLabelValues(route, method, codeLabel(statusOf(c, err))).Inc()
 		m.duration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
 		return err
 	}
+}
+
+func (m *httpMetrics) routeLabel(path string) string {
+	if !m.routes[path] {
+		return "unmatched"
+	}
+	return path
+}
+
+// methodLabel is the method label: the methods the server routes, and
+// "other" for whatever else a client makes up.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return method
+	}
+	return "other"
+}
+
+// codeLabel is the status label: a status net/http knows, 499, or "other"
+// (a handler may write any number from 100 to 999).
+func codeLabel(status int) string {
+	if status == statusClientClosed || http.StatusText(status) != "" {
+		return strconv.Itoa(status)
+	}
+	return "other"
+}
+
+// statusOf is the status a request is counted under: the answer its error
+// maps to, else the status written. A request whose client went away before
+// any status was written (a wrapped client handler returns no error, and
+// net/http would record an implicit 200) counts as 499.
+func statusOf(c echo.Context, err error) int {
+	if err != nil {
+		return answerTo(c, err).Status
+	}
+	if !c.Response().Committed && clientGone(c) {
+		return statusClientClosed
+	}
+	return c.Response().Status
 }

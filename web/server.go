@@ -50,6 +50,11 @@ type Config struct {
 	// LiveInterval is how often the console's live views (overview, lanes,
 	// diagnostics) are re-rendered for their SSE streams. Default 2s.
 	LiveInterval time.Duration
+	// BodyReadTimeout is how long a request to the console, the admin API or
+	// the operations endpoints has to send its whole body; a slower one is
+	// answered 408 and its connection closed. Default 30s. The client routes
+	// bound their own reads.
+	BodyReadTimeout time.Duration
 }
 
 // Relay is what the web layer uses of the relay. *relay.Server has it.
@@ -105,6 +110,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.LiveInterval <= 0 {
 		cfg.LiveInterval = 2 * time.Second
+	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = defaultBodyReadTimeout
 	}
 	if len(cfg.SessionKey) == 0 {
 		cfg.SessionKey = make([]byte, 32)

@@ -31,6 +31,15 @@ type dbFlags struct {
 func (f *dbFlags) register(fs *flag.FlagSet, c cli) {
 	fs.StringVar(&f.databaseURL, "database-url", envOr(c, "CODEX_RELAY_DATABASE_URL", ""),
 		"database: a SQLite file path, sqlite:PATH, or postgres://... (env CODEX_RELAY_DATABASE_URL; default sqlite:"+store.DefaultSQLitePath+")")
+	// The default shown by -help and flag errors comes from the environment:
+	// never with its password.
+	if fl := fs.Lookup("database-url"); fl.DefValue != "" {
+		if loc, err := store.ParseLocation(fl.DefValue); err == nil {
+			fl.DefValue = loc.String()
+		} else {
+			fl.DefValue = "$CODEX_RELAY_DATABASE_URL"
+		}
+	}
 	fs.StringVar(&f.logFormat, "log-format", envOr(c, "CODEX_RELAY_LOG_FORMAT", "auto"),
 		"log format: auto (text on a terminal, JSON otherwise), text or json (env CODEX_RELAY_LOG_FORMAT)")
 	fs.StringVar(&f.logLevel, "log-level", envOr(c, "CODEX_RELAY_LOG_LEVEL", "info"),

@@ -163,7 +163,7 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, f func(Announcemen
 	}
 	l := pq.NewListener(s.loc.DSN, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
 		if err != nil {
-			log.Warn("announcements connection", "event", ev, "err", err)
+			log.Warn("announcements connection", "event", ev, "err", s.loc.scrub(err))
 		}
 	})
 	defer l.Close()

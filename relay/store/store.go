@@ -15,6 +15,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +49,11 @@ const DefaultSQLitePath = "data/codex-relay.db"
 // ParseLocation reads a database URL: "postgres://..." or "postgresql://..."
 // selects PostgreSQL; "sqlite:PATH", "sqlite://PATH", "file:PATH" or a plain
 // file path selects SQLite. An empty string means DefaultSQLitePath.
+//
+// A libpq key=value string ("host=db password=...") is refused: taken for a
+// file path, it would create a file of that name and print it, password
+// included, wherever the location is shown. Errors never quote the input,
+// which may hold a password.
 func ParseLocation(raw string) (Location, error) {
 	raw = strings.TrimSpace(raw)
 	lower := strings.ToLower(raw)
@@ -54,21 +61,49 @@ func ParseLocation(raw string) (Location, error) {
 	case raw == "":
 		return sqliteLocation(DefaultSQLitePath)
 	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
-		if _, err := url.Parse(raw); err != nil {
-			return Location{}, fmt.Errorf("database url: %w", err)
-		}
-		return Location{Dialect: Postgres, DSN: raw}, nil
+		return postgresLocation(raw)
 	case strings.HasPrefix(lower, "sqlite://"):
 		return sqliteLocation(raw[len("sqlite://"):])
 	case strings.HasPrefix(lower, "sqlite:"):
 		return sqliteLocation(raw[len("sqlite:"):])
 	case strings.HasPrefix(lower, "file:"):
 		return sqliteLocation(raw[len("file:"):])
+	case keywordDSN.MatchString(raw):
+		return Location{}, errors.New("database url: key=value connection strings are not supported; " +
+			"give a URL: postgres://USER:PASSWORD@HOST:PORT/DBNAME?sslmode=... (sqlite:PATH for a file of that name)")
 	case strings.Contains(raw, "://"):
-		return Location{}, fmt.Errorf("database url: unsupported scheme in %q (use postgres://, sqlite: or a file path)", redactURL(raw))
+		return Location{}, fmt.Errorf("database url: unsupported scheme%s (use postgres://, sqlite: or a file path)", schemeOf(raw))
 	default:
 		return sqliteLocation(raw)
 	}
+}
+
+// keywordDSN matches a libpq key=value connection string by its keywords.
+var keywordDSN = regexp.MustCompile(`(?i)(?:^|\s)(?:host|hostaddr|port|dbname|user|password|passfile|sslmode|sslpassword|` +
+	`sslkey|sslcert|sslrootcert|service|connect_timeout|application_name|options|target_session_attrs)\s*=`)
+
+// postgresLocation checks a PostgreSQL URL. url.Parse's errors quote the
+// whole URL, password included, so none is passed on. A '#' is refused: the
+// rest of the URL after it (typically of a password whose '#' was not
+// percent-encoded) would be dropped as a fragment, silently.
+func postgresLocation(raw string) (Location, error) {
+	if strings.Contains(raw, "#") {
+		return Location{}, errors.New("database url: unexpected '#' (percent-encode it as %23 in a user name or password)")
+	}
+	if _, err := url.Parse(raw); err != nil {
+		return Location{}, errors.New("database url: not a valid URL (percent-encode any of @ : / ? # % in the user name and password)")
+	}
+	return Location{Dialect: Postgres, DSN: raw}, nil
+}
+
+// schemeOf names the scheme of a URL for an error message, or nothing when
+// the URL does not parse.
+func schemeOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return ""
+	}
+	return " " + strconv.Quote(u.Scheme)
 }
 
 func sqliteLocation(path string) (Location, error) {
@@ -90,14 +125,104 @@ func sqliteLocation(path string) (Location, error) {
 	return Location{Dialect: SQLite, Path: path, DSN: "file:" + path + "?" + q.Encode()}, nil
 }
 
-// redactURL drops the password from a URL for messages and logs.
+// redacted stands in for a secret, as in url.URL.Redacted.
+const redacted = "xxxxx"
+
+// redactURL hides the secrets of a database URL for messages, logs and
+// pages: the user info's password, which url.URL.Redacted hides, and the
+// values of secret query parameters (?password=, ?sslpassword=), which it
+// does not. Any fragment is dropped. Anything but a hierarchical URL with a
+// scheme is not shown at all: url.Parse takes a key=value string for a path.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || u.Scheme == "" || u.Opaque != "" {
 		return "<unparseable url>"
 	}
+	u.Fragment, u.RawFragment = "", ""
+	u.RawQuery = redactQuery(u.RawQuery)
 	return u.Redacted()
 }
+
+// redactQuery hides the values of secret parameters in a raw query and
+// keeps the rest as written.
+func redactQuery(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	pairs := strings.Split(raw, "&")
+	for i, p := range pairs {
+		name, _, ok := strings.Cut(p, "=")
+		if !ok {
+			continue
+		}
+		// A name that does not unescape is hidden too: whatever it means to
+		// a driver, it cannot be told apart from a secret here.
+		if n, err := url.QueryUnescape(name); err != nil || secretParam(n) {
+			pairs[i] = name + "=" + redacted
+		}
+	}
+	return strings.Join(pairs, "&")
+}
+
+// secretParam reports whether a connection parameter holds a secret: libpq's
+// and lib/pq's password and sslpassword (the client key's passphrase),
+// whatever their case. lib/pq ignores spaces around a name.
+func secretParam(name string) bool {
+	name = strings.TrimSpace(name)
+	return strings.EqualFold(name, "password") || strings.EqualFold(name, "sslpassword")
+}
+
+// secrets lists the secret values of the location, as written in its URL
+// and unescaped, for scrubbing driver messages.
+func (l Location) secrets() []string {
+	if l.Dialect != Postgres {
+		return nil
+	}
+	u, err := url.Parse(l.DSN)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	if pw, ok := u.User.Password(); ok {
+		out = append(out, pw, url.QueryEscape(pw), url.PathEscape(pw))
+	}
+	for name, values := range u.Query() {
+		if secretParam(name) {
+			for _, v := range values {
+				out = append(out, v, url.QueryEscape(v))
+			}
+		}
+	}
+	return out
+}
+
+// scrub hides the location's secrets in the message of a driver error, so a
+// driver that quotes its connection string cannot put a password in a log
+// line or an answer. The error chain is kept for errors.Is and errors.As.
+func (l Location) scrub(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, s := range l.secrets() {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, redacted)
+		}
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &scrubbedError{msg: msg, err: err}
+}
+
+// scrubbedError is an error whose message had secrets taken out.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
 
 // String describes the location without secrets.
 func (l Location) String() string {
@@ -150,7 +275,7 @@ func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
 	}
 	db, err := sqlx.Open(string(loc.Dialect), loc.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
+		return nil, fmt.Errorf("open database: %w", loc.scrub(err))
 	}
 	if loc.Dialect == SQLite {
 		// One writer at a time is SQLite's nature; a small pool serves readers.
@@ -164,7 +289,7 @@ func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open database %s: %w", loc, err)
+		return nil, fmt.Errorf("open database %s: %w", loc, loc.scrub(err))
 	}
 	now := opts.Now
 	if now == nil {
@@ -189,7 +314,7 @@ func (s *Store) Location() Location { return s.loc }
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return s.db.PingContext(ctx)
+	return s.loc.scrub(s.db.PingContext(ctx))
 }
 
 func (s *Store) now() time.Time { return s.nowFunc() }
