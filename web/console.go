@@ -163,6 +163,7 @@ func (s *Server) accountRows(ctx context.Context, accounts []store.Account, now 
 	}
 	rows := make([]ui.AccountRow, len(accounts))
 	for i, a := range accounts {
+		_, laneCap := s.cfg.Relay.AccountLanes(a.ID)
 		_, bound, err := s.cfg.Store.Bindings(ctx, store.BindingFilter{AccountID: a.ID, Limit: 1})
 		if err != nil {
 			return nil, err
@@ -170,7 +171,7 @@ func (s *Server) accountRows(ctx context.Context, accounts []store.Account, now 
 		r := ui.AccountRow{ID: a.ID, Label: a.Label, Kind: string(a.Kind), Organization: cmp.Or(a.Organization, "—"),
 			Email: a.Email, Plan: a.PlanType, BaseURL: a.BaseURL, Tags: strings.Join(a.Tags, ", "),
 			Status: strings.ReplaceAll(string(a.Status), "_", " "), Tone: statusTone(a.Status), Reason: a.StatusReason,
-			InFlight: s.cfg.Relay.InFlight(a.ID), Lanes: lanes[a.ID], Bindings: bound, Paused: a.Status == store.StatusPaused,
+			InFlight: s.cfg.Relay.InFlight(a.ID), Lanes: lanes[a.ID], LaneCap: laneCap, Bindings: bound, Paused: a.Status == store.StatusPaused,
 			BindingsURL:    "/admin/bindings?" + url.Values{"account": {a.ID}}.Encode(),
 			RequestsURL:    "/admin/requests?" + url.Values{"account": {a.ID}}.Encode(),
 			DiagnosticsURL: "/admin/diagnostics?" + url.Values{"account": {a.ID}}.Encode()}

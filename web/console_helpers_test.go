@@ -38,6 +38,18 @@ func (f *fakeRelay) InFlight(id string) int {
 	return f.inflight[id]
 }
 
+func (f *fakeRelay) AccountLanes(id string) (int, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, l := range f.lanes {
+		if l.AccountID == id {
+			n++
+		}
+	}
+	return n, 64
+}
+
 func (f *fakeRelay) Forget(reset []store.Binding) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -60,7 +60,7 @@ func TestConsolePagesRender(t *testing.T) {
 			want []string
 		}{
 			{"/admin/", []string{"Accounts available", "1 / 2", "Requests per minute", "usage_limit", "t1", "alpha", "Live lanes", `data-live="/admin/live/overview"`, "<svg"}},
-			{"/admin/accounts", []string{"alpha", "beta", "rate limited", "usage_limit_reached", "5h", "42%", "7d", "93%", "Pause", "Import a Codex auth.json"}},
+			{"/admin/accounts", []string{"alpha", "beta", "rate limited", "usage_limit_reached", "5h", "42%", "7d", "93%", "Pause", "Import a Codex auth.json", "cap 64 per replica"}},
 			{"/admin/bindings", []string{`data-thread="t1"`, `data-thread="t-pinned"`, "pin", "admission", "laptop", "Reset thread", "Pin a session or thread"}},
 			{"/admin/bindings?thread=t-pinned", []string{`class="pinned"`, "raw thread", "hard", "never"}},
 			{"/admin/lanes", []string{"direct", "alpha", `data-live="/admin/live/lanes"`}},

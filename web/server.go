@@ -63,6 +63,9 @@ type Relay interface {
 	Lanes() []relay.LaneInfo
 	// InFlight reports requests under way on an account on this replica.
 	InFlight(accountID string) int
+	// AccountLanes reports the upstream lanes open on an account on this
+	// replica, of every kind, and the cap they count against.
+	AccountLanes(accountID string) (open, max int)
 	// Forget drops the continuity entries and lanes of reset bindings.
 	Forget(reset []store.Binding)
 	// ReplicaID names this replica among those sharing the database.
@@ -74,10 +77,11 @@ type Relay interface {
 // noRelay stands in when Config.Relay is nil.
 type noRelay struct{}
 
-func (noRelay) Lanes() []relay.LaneInfo { return nil }
-func (noRelay) InFlight(string) int     { return 0 }
-func (noRelay) Forget([]store.Binding)  {}
-func (noRelay) ReplicaID() string       { return "" }
+func (noRelay) Lanes() []relay.LaneInfo        { return nil }
+func (noRelay) InFlight(string) int            { return 0 }
+func (noRelay) AccountLanes(string) (int, int) { return 0, 0 }
+func (noRelay) Forget([]store.Binding)         {}
+func (noRelay) ReplicaID() string              { return "" }
 func (noRelay) ReplicaLiveSince() time.Time {
 	return time.Now().Add(-15 * time.Second)
 }

@@ -105,6 +105,9 @@ type AccountRow struct {
 	Status, Tone, Reason, Until                               string
 	Usage                                                     []Usage
 	InFlight, Lanes, Bindings                                 int
+	// LaneCap is the cap every upstream WebSocket of the account counts
+	// against, on each replica (0: unknown).
+	LaneCap int
 	Paused                                                    bool
 	BindingsURL, RequestsURL, DiagnosticsURL                  string
 }
