@@ -6,12 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/bridge"
+	"github.com/codexrelay/codex-relay/internal/logbuf"
 	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
@@ -125,8 +124,8 @@ func TestClientThatStopsReadingIsLetGo(t *testing.T) {
 // error of the relay, and not held against the account.
 func TestClientThatHangsUpIsACancellation(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
-	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.Logger = logs.logger() }, simAccount("a1", "org-a"))
+	var logs logbuf.Buffer
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.Logger = logs.Logger() }, simAccount("a1", "org-a"))
 	ctx, cancel := context.WithCancel(context.Background())
 	b, _ := json.Marshal(responseRequest("slow [[sim:delay 3s]]"))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+"/backend-api/codex/responses", bytes.NewReader(b))
@@ -287,29 +286,6 @@ func TestOneLaneCapPerAccount(t *testing.T) {
 	for _, l := range lanes {
 		assert.Contains(t, []string{"direct", "bridge"}, l.Kind)
 	}
-}
-
-// lockedBuffer collects log lines from many goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// logger logs to the buffer, everything from debug up.
-func (b *lockedBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // A request body must arrive in time and within its size, however it is

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/internal/logbuf"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
 )
@@ -129,24 +128,6 @@ func TestHTTPMetricLabelsAreBounded(t *testing.T) {
 		"a made-up method and an unknown status are counted, as other")
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A client that hangs up before it is answered is a cancellation, not a
 // server fault: counted as 499, logged at debug level, never as an error.
 func TestRequestsCancelledByTheClient(t *testing.T) {
@@ -169,7 +150,7 @@ func TestRequestsCancelledByTheClient(t *testing.T) {
 			t.Parallel()
 			s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
 			reg := prometheus.NewRegistry()
-			var logs syncBuffer
+			var logs logbuf.Buffer
 			entered := make(chan struct{})
 			client := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				close(entered)

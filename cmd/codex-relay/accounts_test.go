@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/internal/logbuf"
 	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
@@ -48,7 +49,7 @@ func adminEnv(extra ...string) cliEnv {
 // runCLI runs codex-relay in-process with args and env.
 func runCLI(t *testing.T, env cliEnv, args ...string) (string, string, error) {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut logbuf.Buffer
 	err := run(context.Background(), args, cli{stdout: &out, stderr: &errOut, getenv: func(k string) string { return env[k] }})
 	return out.String(), errOut.String(), err
 }
@@ -292,7 +293,7 @@ func TestAccountsLogin(t *testing.T) {
 	require.NoError(t, upstream.SetDeviceLogin(0, 0))
 	env := adminEnv("CODEX_RELAY_URL", url, "CODEX_RELAY_AUTH_URL", upstream.URL)
 
-	var out, errOut syncBuffer
+	var out, errOut logbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(context.Background(), []string{"accounts", "login", "-base-url", upstream.CodexBaseURL(), "-tags", "team"},

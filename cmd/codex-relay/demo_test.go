@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
+	"github.com/codexrelay/codex-relay/internal/logbuf"
 )
 
 // The demo prints what a person needs; pasting it into Codex works, over
@@ -18,7 +19,7 @@ import (
 func TestDemoServesCodex(t *testing.T) {
 	env := map[string]string{"CODEX_RELAY_ADDR": "127.0.0.1:0"}
 	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &logbuf.Buffer{}, &logbuf.Buffer{}
 	listening := make(chan string, 1)
 	c := cli{stdout: out, stderr: errOut, getenv: func(k string) string { return env[k] }, listening: func(a string) { listening <- a }}
 	done := make(chan error, 1)

@@ -24,33 +24,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/internal/logbuf"
 	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
 )
 
-// syncBuffer is a bytes.Buffer safe to write from the command and read from the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type running struct {
 	url    string
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *logbuf.Buffer
+	stderr *logbuf.Buffer
 	stop   func() error
 }
 
@@ -60,7 +43,7 @@ func start(t *testing.T, env map[string]string) *running {
 	env["CODEX_RELAY_ADDR"] = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &logbuf.Buffer{}, &logbuf.Buffer{}
 	c := cli{stdout: out, stderr: errOut, getenv: func(k string) string { return env[k] }, listening: func(a string) { addr <- a }}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, nil, c) }()
@@ -225,7 +208,7 @@ func TestServeRefusesBadConfig(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var out, errOut syncBuffer
+			var out, errOut logbuf.Buffer
 			err := run(context.Background(), tc.args, cli{stdout: &out, stderr: &errOut, getenv: func(k string) string { return tc.env[k] }})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
@@ -234,12 +217,12 @@ func TestServeRefusesBadConfig(t *testing.T) {
 }
 
 func TestHelpForEveryCommand(t *testing.T) {
-	var out, errOut syncBuffer
+	var out, errOut logbuf.Buffer
 	require.NoError(t, run(context.Background(), []string{"--help"}, cli{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}))
 	for name := range commands() {
 		assert.Contains(t, out.String(), name)
 		t.Run(name, func(t *testing.T) {
-			var out, errOut syncBuffer
+			var out, errOut logbuf.Buffer
 			err := run(context.Background(), []string{name, "--help"}, cli{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }})
 			assert.ErrorIs(t, err, flag.ErrHelp)
 			assert.Contains(t, errOut.String(), "Usage: codex-relay "+name)
@@ -249,7 +232,7 @@ func TestHelpForEveryCommand(t *testing.T) {
 
 func TestMigrateCommand(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "m.db")
-	var out, errOut syncBuffer
+	var out, errOut logbuf.Buffer
 	err := run(context.Background(), []string{"migrate", "-database-url", "sqlite:" + db}, cli{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }})
 	require.NoError(t, err, errOut.String())
 	assert.Regexp(t, `schema version (\d+) of (\d+)`, out.String())
@@ -380,7 +363,7 @@ func buildBinary(t *testing.T) string {
 type process struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *syncBuffer
+	stderr *logbuf.Buffer
 	done   chan error
 }
 
@@ -390,7 +373,7 @@ var listeningLine = regexp.MustCompile(`"msg":"codex-relay listening","addr":"([
 // killed at the end of the test if still running.
 func startProcess(t *testing.T, bin string, env []string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(bin), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &process{cmd: exec.Command(bin), stderr: &logbuf.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
 	p.cmd.Stdout, p.cmd.Stderr = io.Discard, p.stderr
 	require.NoError(t, p.cmd.Start())

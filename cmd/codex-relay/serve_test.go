@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/internal/logbuf"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
 )
 
@@ -30,7 +31,7 @@ func TestServeHidesTheDatabasePassword(t *testing.T) {
 	t.Run("database that cannot be opened", func(t *testing.T) {
 		dbURL, secrets := withPasswords(t, "postgres://relay@127.0.0.1:1/x?sslmode=disable")
 		env := map[string]string{"CODEX_RELAY_DATABASE_URL": dbURL, "CODEX_RELAY_SECRET_KEY": "a-postgres-secret-key-for-tests"}
-		var out, errOut syncBuffer
+		var out, errOut logbuf.Buffer
 		err := run(context.Background(), nil, cli{stdout: &out, stderr: &errOut, getenv: func(k string) string { return env[k] }})
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "127.0.0.1:1", "the database is named")
@@ -43,7 +44,7 @@ func TestServeHidesTheDatabasePassword(t *testing.T) {
 		dbURL, secrets := withPasswords(t, "postgres://relay@127.0.0.1:1/x?sslmode=disable")
 		env := map[string]string{"CODEX_RELAY_DATABASE_URL": dbURL}
 		for _, args := range [][]string{{"serve", "-help"}, {"serve", "-bogus"}, {"migrate", "-help"}} {
-			var out, errOut syncBuffer
+			var out, errOut logbuf.Buffer
 			_ = run(context.Background(), args, cli{stdout: &out, stderr: &errOut, getenv: func(k string) string { return env[k] }})
 			assert.Contains(t, out.String()+errOut.String(), "-database-url", "%v prints the flags", args)
 			for _, s := range secrets {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,35 +11,17 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/internal/logbuf"
 )
 
-// simTestBuffer is a bytes.Buffer safe for the sim goroutine writing and
-// the test reading.
-type simTestBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *simTestBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *simTestBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func simTestCLI(env map[string]string) (cli, *simTestBuffer, *simTestBuffer) {
-	out, errOut := &simTestBuffer{}, &simTestBuffer{}
+func simTestCLI(env map[string]string) (cli, *logbuf.Buffer, *logbuf.Buffer) {
+	out, errOut := &logbuf.Buffer{}, &logbuf.Buffer{}
 	return cli{stdout: out, stderr: errOut, getenv: func(k string) string { return env[k] }}, out, errOut
 }
 

@@ -1,7 +1,6 @@
 package oauth_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/leakcheck"
+	"github.com/codexrelay/codex-relay/internal/logbuf"
 	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
@@ -41,27 +41,9 @@ func (c *clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// logBuffer collects log output; safe for concurrent writers.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // newLogger returns a debug-level logger into a buffer the test inspects.
-func newLogger(t testing.TB) (*slog.Logger, *logBuffer) {
-	buf := &logBuffer{}
+func newLogger(t testing.TB) (*slog.Logger, *logbuf.Buffer) {
+	buf := &logbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("log:\n%s", buf.String())
