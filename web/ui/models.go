@@ -107,9 +107,9 @@ type AccountRow struct {
 	InFlight, Lanes, Bindings                                 int
 	// LaneCap is the cap every upstream WebSocket of the account counts
 	// against, on each replica (0: unknown).
-	LaneCap int
-	Paused                                                    bool
-	BindingsURL, RequestsURL, DiagnosticsURL                  string
+	LaneCap                                  int
+	Paused                                   bool
+	BindingsURL, RequestsURL, DiagnosticsURL string
 }
 
 // Usage is one usage window of an account: Percent used (0-100, drawn as a
