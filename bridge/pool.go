@@ -139,6 +139,16 @@ func (p *Pool) Owner(k Key) (string, bool) {
 	return e.account, true
 }
 
+// Holds reports whether k's live canonical lane is on account and holds the
+// chain up to responseID (its last response), so a request chained to it
+// can be sent as it is.
+func (p *Pool) Holds(k Key, account, responseID string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.canon[k]
+	return e != nil && e.lane != nil && e.lane.Alive() && e.account == account && e.state.ResponseID == responseID && !e.state.NoChain
+}
+
 // Alias reports the thread whose lane produced a response id.
 func (p *Pool) Alias(responseID string) (Key, bool) {
 	p.mu.Lock()
@@ -494,7 +504,10 @@ type Info struct {
 	Opened              time.Time
 	Busy                bool
 	Fork                bool
-	Requests            int64
+	// Retiring: the lane closes when its request ends (an operator moved
+	// or reset its thread while it was busy).
+	Retiring bool
+	Requests int64
 }
 
 // Infos lists the pool's live lanes, oldest first.
@@ -508,7 +521,7 @@ func (p *Pool) Infos() []Info {
 				kind = "direct"
 			}
 			out = append(out, Info{Key: k, Kind: kind, Account: e.account, SessionID: e.lane.SessionID, ThreadID: e.lane.ThreadID,
-				Opened: e.lane.Opened, Busy: e.busy, Requests: e.lane.Requests.Load()})
+				Opened: e.lane.Opened, Busy: e.busy, Retiring: e.retire, Requests: e.lane.Requests.Load()})
 		}
 	}
 	for l := range p.forks {

@@ -95,6 +95,10 @@ func TestCanonicalLaneIsReusedWithItsState(t *testing.T) {
 	k, ok := p.Alias("resp_1")
 	assert.True(t, ok)
 	assert.Equal(t, root, k, "the response id finds its lane")
+	assert.True(t, p.Holds(root, "acc_a", "resp_1"), "the lane holds the chain up to its last response")
+	assert.False(t, p.Holds(root, "acc_b", "resp_1"), "on its own account only")
+	assert.False(t, p.Holds(root, "acc_a", "resp_0"))
+	assert.False(t, p.Holds(child, "acc_a", "resp_1"))
 
 	l2, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
 	require.NoError(t, err)
@@ -306,6 +310,9 @@ func TestForgetRetiresEveryLaneOfTheThread(t *testing.T) {
 	assert.False(t, leases["bridge"].Lane.Alive(), "idle: closed at once")
 	assert.False(t, leases["conn1"].Lane.Alive())
 	assert.True(t, leases["conn2"].Lane.Alive(), "busy: kept until its turn ends")
+	for _, in := range p.Infos() {
+		assert.Equal(t, in.Key == conn2, in.Retiring, "%v: operators see the busy lane retiring", in.Key)
+	}
 	assert.True(t, leases["other"].Lane.Alive(), "another thread is untouched")
 	leases["conn2"].Release(State{ResponseID: "resp_2"}, true)
 	assert.False(t, leases["conn2"].Lane.Alive())

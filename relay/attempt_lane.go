@@ -31,6 +31,11 @@ const httpOnlyFor = 10 * time.Minute
 func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice, cl clientStream, h *head, key bridge.Key) (res attemptResult, done bool) {
 	acct := ch.target.Account.ID
 	now := s.cfg.Now()
+	if _, known := p.full(); !known && !s.pool.Holds(key, acct, p.prev) {
+		// Neither continuity nor the lane holds the chain: no lane is opened
+		// only to say so.
+		return chainUnknown(now, p), true
+	}
 	header := s.upstreamHeader(r, p, acct)
 	dial := func(ctx context.Context) (*bridge.Lane, error) {
 		l, err := s.openLane(ctx, ch.target, header)
@@ -62,19 +67,15 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice,
 		res.detail = "lane: reused"
 	}
 	out, err := planLaneMessage(lease.State, p)
+	if errors.Is(err, errChainUnknown) {
+		lease.Release(lease.State, true) // the lane moved on meanwhile
+		return chainUnknown(now, p), true
+	}
 	if err != nil {
 		lease.Release(lease.State, true)
 		res.detail = joinDetail(res.detail, err.Error())
-		if errors.Is(err, errChainUnknown) {
-			// Neither the lane nor continuity holds the chain: Codex resends
-			// the full request on previous_response_not_found.
-			res.facts = attemptEnd{Now: now, Status: http.StatusBadRequest, Err: &wire.Error{Code: wire.CodePreviousResponseNotFound}}
-			res.fail = relayFailure(http.StatusBadRequest, wire.TypeInvalidRequest, wire.CodePreviousResponseNotFound,
-				"previous response "+p.prev+" is not held by this relay or its upstream connection; send the full request")
-		} else {
-			res.facts = attemptEnd{Now: now, Status: http.StatusBadRequest}
-			res.fail = relayFailure(http.StatusBadRequest, wire.TypeInvalidRequest, "invalid_json", "the request body could not be rewritten for the upstream")
-		}
+		res.facts = attemptEnd{Now: now, Status: http.StatusBadRequest}
+		res.fail = relayFailure(http.StatusBadRequest, wire.TypeInvalidRequest, "invalid_json", "the request body could not be rewritten for the upstream")
 		res.status, res.code = res.fail.status, res.fail.code()
 		return res, true
 	}
@@ -195,6 +196,18 @@ func planLaneMessage(st bridge.State, p plan) (laneMessage, error) {
 	msg, err := bridge.Message(full.body)
 	out.msg = msg
 	return out, err
+}
+
+// chainUnknown ends an attempt chained to a response neither the lane nor
+// continuity holds: Codex resends the full request on
+// previous_response_not_found.
+func chainUnknown(now time.Time, p plan) attemptResult {
+	res := attemptResult{detail: errChainUnknown.Error()}
+	res.facts = attemptEnd{Now: now, Status: http.StatusBadRequest, Err: &wire.Error{Code: wire.CodePreviousResponseNotFound}}
+	res.fail = relayFailure(http.StatusBadRequest, wire.TypeInvalidRequest, wire.CodePreviousResponseNotFound,
+		"previous response "+p.prev+" is not held by this relay or its upstream connection; send the full request")
+	res.status, res.code = res.fail.status, res.fail.code()
+	return res
 }
 
 // dialFailure classifies a lane that could not be had: an upgrade the

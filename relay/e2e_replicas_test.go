@@ -66,16 +66,25 @@ func startReplicaOn(t *testing.T, dbURL, name string, elsewhere bool) *replica {
 	return r
 }
 
-// replicaDatabase is a fresh PostgreSQL database with one account of a
-// fresh sim in it, for replicas to share.
-func replicaDatabase(t *testing.T) (string, *sim.Server, *store.Store) {
+// replicaDatabase is a fresh PostgreSQL database with accounts of a fresh
+// sim in it (one, "a1", unless labels names others), for replicas to share.
+func replicaDatabase(t *testing.T, labels ...string) (string, *sim.Server, *store.Store) {
+	if len(labels) == 0 {
+		labels = []string{"a1"}
+	}
 	dbURL := storetest.PostgresURL(t)
-	upstream := sim.NewServer(sim.Config{Accounts: []sim.Account{simAccount("a1", "org-a")}, Logger: testLogger(t)})
+	var accounts []sim.Account
+	for _, l := range labels {
+		accounts = append(accounts, simAccount(l, "org-a"))
+	}
+	upstream := sim.NewServer(sim.Config{Accounts: accounts, Logger: testLogger(t)})
 	t.Cleanup(upstream.Close)
 	setup := storetest.Open(t, dbURL, store.Options{})
-	_, err := setup.CreateAccount(context.Background(), store.Account{Kind: store.KindChatGPT, Label: "a1", BaseURL: upstream.CodexBaseURL(), ChatGPTAccountID: "a1"},
-		store.Credentials{AccessToken: "at-a1", RefreshToken: "rt-a1"})
-	require.NoError(t, err)
+	for _, l := range labels {
+		_, err := setup.CreateAccount(context.Background(), store.Account{Kind: store.KindChatGPT, Label: l, BaseURL: upstream.CodexBaseURL(), ChatGPTAccountID: l},
+			store.Credentials{AccessToken: "at-" + l, RefreshToken: "rt-" + l})
+		require.NoError(t, err)
+	}
 	return dbURL, upstream, setup
 }
 

@@ -15,6 +15,9 @@ type LaneInfo struct {
 	OpenedAt  time.Time `json:"opened_at"`
 	Requests  int64     `json:"requests"`
 	Replica   string    `json:"replica"` // the replica holding it (its name)
+	// Retiring: the lane closes when its turn ends (its thread was moved or
+	// reset while it was busy).
+	Retiring bool `json:"retiring,omitempty"`
 }
 
 // Lanes lists the live upstream lanes of every replica, oldest first:
@@ -33,7 +36,7 @@ func (s *Server) localLanes() []LaneInfo {
 	var out []LaneInfo
 	for _, in := range s.pool.Infos() {
 		out = append(out, LaneInfo{Kind: in.Kind, AccountID: in.Account, SessionID: in.SessionID, ThreadID: in.ThreadID,
-			ThreadKey: in.Key.Thread, OpenedAt: in.Opened, Requests: in.Requests, Replica: s.cfg.Replica.Name})
+			ThreadKey: in.Key.Thread, OpenedAt: in.Opened, Requests: in.Requests, Replica: s.cfg.Replica.Name, Retiring: in.Retiring})
 	}
 	return out
 }

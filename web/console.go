@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/web/ui"
 )
@@ -231,6 +232,7 @@ func (s *Server) bindingsPage(c echo.Context) error {
 	}
 	now := s.cfg.Now()
 	v := q.values()
+	lanes := s.cfg.Relay.Lanes()
 	p := ui.Bindings{
 		Search: ui.BindingSearch{Session: q.Session, Thread: q.Thread, Accounts: n.accountOptions(q.Account),
 			Keys: n.keyOptions(q.ClientKey), Kinds: choices(string(q.Kind), "thread", "session", "raw_thread", "raw_session"),
@@ -253,10 +255,32 @@ func (s *Server) bindingsPage(c echo.Context) error {
 		}
 		if r.Pin {
 			r.ClientKey = "every client" // a pin holds whatever key the client uses
+			r.Moves = pinMoves(b, lanes, n)
 		}
 		p.Rows = append(p.Rows, r)
 	}
 	return s.render(c, http.StatusOK, ui.BindingsPage(s.frame(c, "bindings", "Bindings"), p))
+}
+
+// pinMoves says what a pin does to its threads whose live lanes are on
+// another account: they move at their next request ("" when none is).
+func pinMoves(pin store.Binding, lanes []relay.LaneInfo, n names) string {
+	moving := 0
+	from := ""
+	for _, l := range lanes {
+		matches := pin.Kind == store.BindRawSession && l.SessionID == pin.SessionID || pin.Kind == store.BindRawThread && l.ThreadID == pin.ThreadID
+		if matches && l.AccountID != pin.AccountID {
+			moving++
+			from = n.accountName(l.AccountID)
+		}
+	}
+	switch moving {
+	case 0:
+		return ""
+	case 1:
+		return "its live lane on " + from + " moves to " + n.accountName(pin.AccountID) + " at its next request"
+	}
+	return fmt.Sprintf("%d live lanes on other accounts move to %s at their next request", moving, n.accountName(pin.AccountID))
 }
 
 // lanesView lists the live lanes of every replica.
@@ -270,7 +294,7 @@ func (s *Server) lanesView(ctx context.Context) (ui.Lanes, error) {
 	for _, l := range s.cfg.Relay.Lanes() {
 		p.Lanes = append(p.Lanes, ui.LaneRow{Kind: l.Kind, Account: n.accountName(l.AccountID), AccountID: l.AccountID,
 			Session: l.SessionID, Thread: l.ThreadID, Age: span(now.Sub(l.OpenedAt)), Opened: "opened " + stamp(l.OpenedAt),
-			Requests: l.Requests, Replica: l.Replica, URL: "/admin/bindings?" + url.Values{"thread": {l.ThreadID}}.Encode()})
+			Requests: l.Requests, Replica: l.Replica, Retiring: l.Retiring, URL: "/admin/bindings?" + url.Values{"thread": {l.ThreadID}}.Encode()})
 	}
 	return p, nil
 }
@@ -287,8 +311,10 @@ func (s *Server) lanesPage(c echo.Context) error {
 var (
 	attemptClasses = []string{"ok", "usage_limit", "rate_limit", "quota", "auth", "billing", "forbidden", "server",
 		"transport", "stream_cut", "stall", "invalid", "previous_response_not_found", "ciphertext", "failed",
-		"cancelled", "conflict", "no_account"}
-	recoveries = []string{"failover", "reasoning_recovery", "account_mismatch", "owner_retired"}
+		"cancelled", "client_stalled", "connection_limit", "chain_refused", "lane_capacity", "conflict", "no_account",
+		"store_unavailable"}
+	recoveries = []string{"failover", "reasoning_recovery", "account_mismatch", "fallback", "owner_retired",
+		"token_refresh", "fresh_lane", "full_request"}
 )
 
 // diagnosticsView groups a page of attempts into request timelines.

@@ -47,7 +47,12 @@ func TestConsolePagesRender(t *testing.T) {
 			{RequestID: "req_1", Seq: 2, ThreadID: "t1", AccountID: f.a.ID, FromAccountID: f.b.ID, Class: "ok", Recovery: "failover", Action: "done", Status: 200,
 				StartedAt: now.Add(-2*time.Minute + 40*time.Millisecond), EndedAt: now.Add(-2*time.Minute + 1500*time.Millisecond)},
 		}))
-		fr.lanes = []relay.LaneInfo{{Kind: "direct", AccountID: f.a.ID, SessionID: "s1", ThreadID: "t1", OpenedAt: now.Add(-5 * time.Minute), Requests: 7}}
+		fr.lanes = []relay.LaneInfo{{Kind: "direct", AccountID: f.a.ID, SessionID: "s1", ThreadID: "t1", OpenedAt: now.Add(-5 * time.Minute), Requests: 7},
+			{Kind: "bridge", AccountID: f.a.ID, SessionID: "s9", ThreadID: "t9", OpenedAt: now.Add(-time.Minute), Requests: 1, Retiring: true}}
+		// A pin of the session of a thread whose lane is live on another
+		// account: the page says the thread moves at its next request.
+		_, err = s.Pin(ctx, store.BindRawSession, "s1", f.b.ID, "pin")
+		require.NoError(t, err)
 		fr.inflight[f.a.ID] = 2
 
 		require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "rep_test", Name: "host-a:1", Address: "http://10.0.0.1:2455", StartedAt: now.Add(-time.Hour)}))
@@ -63,7 +68,8 @@ func TestConsolePagesRender(t *testing.T) {
 			{"/admin/accounts", []string{"alpha", "beta", "rate limited", "usage_limit_reached", "5h", "42%", "7d", "93%", "Pause", "Import a Codex auth.json", "cap 64 per replica"}},
 			{"/admin/bindings", []string{`data-thread="t1"`, `data-thread="t-pinned"`, "pin", "admission", "laptop", "Reset thread", "Pin a session or thread"}},
 			{"/admin/bindings?thread=t-pinned", []string{`class="pinned"`, "raw thread", "hard", "never"}},
-			{"/admin/lanes", []string{"direct", "alpha", `data-live="/admin/live/lanes"`}},
+			{"/admin/bindings?session=s1", []string{"raw session", "its live lane on alpha moves to beta at its next request"}},
+			{"/admin/lanes", []string{"direct", "alpha", `data-live="/admin/live/lanes"`, "retiring at the end of its turn"}},
 			{"/admin/diagnostics", []string{"usage_limit", "beta", "→", "failover", "next account", "usage_limit_reached: account limited", "2 attempts"}},
 			{"/admin/diagnostics?class=ok", []string{"failover"}},
 			{"/admin/requests", []string{"gpt-5.5-codex", "1200 / 80 / 0", "laptop", "failover", "/admin/diagnostics?request=req_1"}},

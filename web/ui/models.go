@@ -159,6 +159,9 @@ type BindingRow struct {
 	Age, Created, LastSeen, Expires   string
 	Abandoned                         string
 	SessionURL, ThreadURL, AccountURL string
+	// Moves names the live lanes a pin moves off at their next request
+	// ("" none): the pin's threads still running on another account.
+	Moves string
 }
 
 // Lanes lists the live lanes of this replica.
@@ -170,6 +173,8 @@ type Lanes struct {
 type LaneRow struct {
 	Kind, Account, AccountID, Session, Thread, Age, Opened, URL, Replica string
 	Requests                                                             int64
+	// Retiring: the lane closes at the end of its turn.
+	Retiring bool
 }
 
 // Diagnostics shows attempt timelines grouped by request.

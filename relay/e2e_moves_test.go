@@ -1,0 +1,199 @@
+package relay_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/internal/codexcli"
+	"github.com/codexrelay/codex-relay/relay/sim"
+	"github.com/codexrelay/codex-relay/relay/store"
+)
+
+// An operator's decision takes effect at the thread's next request, on
+// both transports, while the thread's lane on the old account is live: a
+// lane is the relay's own means, never evidence against a pin. The next
+// request goes to the new account with the thread's whole history (rebuilt
+// from continuity over WebSocket, the client's own over HTTP), the old
+// lane is retired, and nothing but the new account's answer reaches the
+// client: no 409.
+func TestOperatorDecisionsMoveAThreadAtItsNextRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	decisions := []struct {
+		name string
+		move func(h *harness, thread string)
+		// forgets: the decision drops the thread's continuity too (a reset),
+		// so a WebSocket client is asked to resend its request in full.
+		forgets bool
+	}{
+		{"session pinned", func(h *harness, _ string) {
+			_, err := h.store.Pin(ctx, store.BindRawSession, sessionS, h.ids["a2"], "pin")
+			require.NoError(t, err)
+		}, false},
+		{"thread pinned", func(h *harness, thread string) {
+			_, err := h.store.Pin(ctx, store.BindRawThread, thread, h.ids["a2"], "pin")
+			require.NoError(t, err)
+		}, false},
+		{"account paused", func(h *harness, _ string) { h.pause("a1") }, false},
+		{"account removed", func(h *harness, _ string) { require.NoError(t, h.store.DeleteAccount(ctx, h.ids["a1"])) }, false},
+		{"session reset while its account fills up", func(h *harness, _ string) {
+			h.setUsed("a1", 99)
+			reset, err := h.store.ResetBindings(ctx, store.BindingReset{SessionID: sessionS})
+			require.NoError(t, err)
+			h.relay.Forget(reset)
+		}, true},
+	}
+	for _, d := range decisions {
+		for _, transport := range []string{"http", "ws"} {
+			t.Run(d.name+" over "+transport, func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+				h.setUsed("a2", 50) // the thread starts on a1
+				thread := "019a5555-0000-7000-8000-00000000000" + map[string]string{"http": "1", "ws": "2"}[transport]
+				var c *wsClient
+				first := responseRequest("first turn")
+				if transport == "http" {
+					resp, body := h.post(sessionS, thread, first, nil)
+					require.Equal(t, http.StatusOK, resp.StatusCode, body)
+				} else {
+					c = h.dialWS(sessionS, thread)
+					typ, id := lastEvent(c.turn(first))
+					require.Equal(t, "response.completed", typ)
+					first = map[string]any{"model": "gpt-5.5-codex", "previous_response_id": id}
+				}
+				require.Equal(t, "a1", h.responseRecords(thread)[0].Account)
+				require.Len(t, h.laneAccounts(), 1, "the thread's lane is live on a1")
+
+				d.move(h, thread)
+
+				next := responseRequest("second turn")
+				if transport == "http" {
+					next["input"] = []any{userMessage("first turn"), userMessage("second turn")} // an HTTP client sends it all
+					resp, body := h.post(sessionS, thread, next, nil)
+					require.Equal(t, http.StatusOK, resp.StatusCode, "no 409: %s", body)
+					assert.NotContains(t, body, "continuity_owner_conflict")
+				} else {
+					chained := first
+					chained["input"] = []any{userMessage("second turn")}
+					events := c.turn(chained)
+					typ, _ := lastEvent(events)
+					if d.forgets {
+						// The reset dropped the history behind the chain:
+						// Codex is asked to resend in full, and does.
+						require.Equal(t, "error", typ)
+						require.Equal(t, "previous_response_not_found", events[len(events)-1]["error"].(map[string]any)["code"])
+						next["input"] = []any{userMessage("first turn"), userMessage("second turn")}
+						typ, _ = lastEvent(c.turn(next))
+					}
+					require.Equal(t, "response.completed", typ, "no 409")
+				}
+				recs := h.responseRecords(thread)
+				last := recs[len(recs)-1]
+				assert.Equal(t, "a2", last.Account, "the new account serves the next request")
+				assert.Empty(t, last.PreviousResponseID, "the new account gets the whole request")
+				assert.GreaterOrEqual(t, last.InputCount, 2, "with the thread's history")
+				assert.Equal(t, []string{h.ids["a2"]}, h.laneAccounts(), "the old lane retired, one lane on a2")
+			})
+		}
+	}
+}
+
+// laneAccounts lists the accounts of the live lanes.
+func (h *harness) laneAccounts() []string {
+	var out []string
+	for _, l := range h.relay.Lanes() {
+		out = append(out, l.AccountID)
+	}
+	return out
+}
+
+// The real Codex CLI: a thread placed on one account, pinned by an
+// operator to another while its bridge lane still lives (HTTP), or after
+// its WebSocket ended; the resumed turn is served by the pinned account,
+// with no 409, and Codex exits 0.
+func TestCodexResumeFollowsAPin(t *testing.T) {
+	t.Parallel()
+	for _, ws := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "websocket"}[ws], func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+			h.setUsed("a2", 50)
+			codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: ws, Key: "unused"})
+			ctx := context.Background()
+			first, err := codex.Exec(ctx, `remember teal [[sim:tool exec_command {"cmd":"echo before-pin"}]]`, codexcli.RunOptions{BypassSandbox: true})
+			require.NoError(t, err)
+			require.Equal(t, 0, first.ExitCode, first.Stderr)
+			for _, r := range h.responseRecords(first.ThreadID) {
+				require.Equal(t, "a1", r.Account)
+			}
+			session := h.responseRecords(first.ThreadID)[0].SessionID
+			require.NotEmpty(t, session)
+			_, err = h.store.Pin(ctx, store.BindRawSession, session, h.ids["a2"], "pin")
+			require.NoError(t, err)
+
+			second, err := codex.Resume(ctx, first.ThreadID, "and now?", codexcli.RunOptions{BypassSandbox: true})
+			require.NoError(t, err)
+			require.Equal(t, 0, second.ExitCode, "no 409: %s", second.Stderr)
+			recs := h.responseRecords(first.ThreadID)
+			last := recs[len(recs)-1]
+			assert.Equal(t, "a2", last.Account, "the pinned account serves the resumed turn")
+			assert.GreaterOrEqual(t, last.InputCount, 3, "with the thread's history")
+			atts, _, err := h.store.Attempts(ctx, store.AttemptFilter{Class: "conflict"})
+			require.NoError(t, err)
+			assert.Empty(t, atts, "no conflict was recorded")
+		})
+	}
+}
+
+// Across replicas on one PostgreSQL: a pin made through one replica moves a
+// thread whose lane lives on the other, at its next request, on both
+// transports.
+func TestPinMovesAThreadWhoseLaneLivesOnAnotherReplica(t *testing.T) {
+	dbURL, upstream, setup := replicaDatabase(t, "a1", "a2")
+	a, b := startReplica(t, dbURL, "replica-a"), startReplica(t, dbURL, "replica-b")
+	ids := map[string]string{}
+	accounts, err := setup.Accounts(context.Background())
+	require.NoError(t, err)
+	for _, acc := range accounts {
+		ids[acc.Label] = acc.ID
+	}
+	require.NoError(t, setup.UpdateUsage(context.Background(), ids["a2"], store.Window{UsedPercent: 50, WindowMinutes: 300, ResetAt: time.Now().Add(time.Hour), Known: true}, store.Window{}))
+	onB := &harness{t: t, sim: upstream, store: setup, relay: b.relay, srv: b.srv, ids: ids}
+	onA := &harness{t: t, sim: upstream, store: setup, relay: a.relay, srv: a.srv, ids: ids}
+
+	// Over HTTP: the lane lives on b; the next request reaches a, which
+	// forwards it to b, where the pin moves it.
+	resp, body := onB.post(sessionS, rootT, responseRequest("on b"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	c := onB.dialWS("019a6666-0000-7000-8000-000000000001", childT)
+	typ, id := lastEvent(c.turn(responseRequest("ws on b")))
+	require.Equal(t, "response.completed", typ)
+	for _, r := range upstream.Records(sim.RecordFilter{}) {
+		if r.Kind != sim.RecordHandshake && r.Route == sim.RouteResponses {
+			require.Equal(t, "a1", r.Account)
+		}
+	}
+	require.Len(t, onB.laneAccounts(), 2)
+
+	_, err = setup.Pin(context.Background(), store.BindRawSession, sessionS, ids["a2"], "pin")
+	require.NoError(t, err)
+	_, err = setup.Pin(context.Background(), store.BindRawThread, childT, ids["a2"], "pin")
+	require.NoError(t, err)
+
+	next := responseRequest("on a now")
+	next["input"] = []any{userMessage("on b"), userMessage("on a now")}
+	resp, body = onA.post(sessionS, rootT, next, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "no 409: %s", body)
+	typ, _ = lastEvent(c.turn(map[string]any{"model": "gpt-5.5-codex", "previous_response_id": id, "input": []any{userMessage("again")}}))
+	require.Equal(t, "response.completed", typ, "no 409")
+	for _, thread := range []string{rootT, childT} {
+		recs := onB.responseRecords(thread)
+		assert.Equal(t, "a2", recs[len(recs)-1].Account, "thread %s moved to the pinned account", thread)
+	}
+	assert.ElementsMatch(t, []string{ids["a2"], ids["a2"]}, onB.laneAccounts(), "b's lanes on a1 retired")
+}
