@@ -80,6 +80,10 @@ func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
 					res.sentFull, r.fields.Conversation, s.cfg.MaxAttempts-n)
 				if step == stepNextAccount {
 					exclude[acct] = true
+					if first == nil {
+						// If no account accepts, the client gets the first rejection.
+						first, log.firstClass = cipher.first, classCiphertext
+					}
 				}
 				if step != stepTerminal {
 					p = next

@@ -148,6 +148,25 @@ func TestMismatchNoAccountAccepts(t *testing.T) {
 	assert.Len(t, atts, 1, "one switch to b2")
 }
 
+// When every other account is used up before the switch budget is, the
+// client still gets the rejection, not "no account".
+func TestMismatchWithNoOtherAccountLeftAnswersTheRejection(t *testing.T) {
+	t.Parallel()
+	a1 := simAccount("a1", "org-a")
+	a1.SealMessages = true
+	h := newHarness(t, a1, simAccount("b1", "org-b"))
+	conv := &conversation{h: h, thread: rootT}
+	resp, body := conv.turn("hello")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, "a1", h.threadAccount(rootT))
+	h.pause("a1")
+
+	resp, body = conv.turn("again")
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+	assert.Contains(t, body, "could not be decrypted")
+	assert.Len(t, h.responseRecords(rootT)[1:], 2, "b1, and b1 stripped")
+}
+
 // When the organisation is unknown, mismatch switching finds the account
 // that can read the conversation, and that account takes the thread.
 func TestMismatchAcceptedElsewhere(t *testing.T) {
