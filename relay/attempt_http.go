@@ -75,8 +75,7 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch choice,
 			res.fail = failInterrupted()
 			return res
 		}
-		h.decideTurnState(r, cl)
-		s.settle(ctx, r, ch, h, &tracker{}, nil)
+		s.settle(ctx, r, ch, h, &tracker{}, nil) // a document is no turn: no turn state is issued for it
 		if err := cl.reply(h, http.StatusOK, doc); err != nil {
 			res.facts = attemptEnd{Now: s.cfg.Now(), Cancelled: true, Committed: true}
 			return res

@@ -25,7 +25,8 @@ type sseClient struct {
 	s         *Server
 	r         *request // set once admitted
 	w         http.ResponseWriter
-	rc        *http.ResponseController
+	rc        *http.ResponseController // its write deadlines
+	flusher   http.Flusher             // nil when w cannot flush
 	sw        *wire.SSEWriter
 	committed bool
 	// deadline is the write deadline set last (zero: none yet).
@@ -34,7 +35,8 @@ type sseClient struct {
 }
 
 func (s *Server) newSSEClient(w http.ResponseWriter) *sseClient {
-	return &sseClient{s: s, w: w, rc: http.NewResponseController(w), sw: wire.NewSSEWriter(w), writeTimeout: s.cfg.ClientWriteTimeout}
+	f, _ := w.(http.Flusher) // resolved once: the per-event path does not unwrap w
+	return &sseClient{s: s, w: w, rc: http.NewResponseController(w), flusher: f, sw: wire.NewSSEWriter(w), writeTimeout: s.cfg.ClientWriteTimeout}
 }
 
 // done clears the write deadline: the connection may serve the client's
@@ -106,7 +108,14 @@ func (c *sseClient) event(name string, data []byte) error {
 	if err := c.sw.WriteEvent(name, data); err != nil {
 		return err
 	}
-	return c.rc.Flush()
+	c.flush()
+	return nil
+}
+
+func (c *sseClient) flush() {
+	if c.flusher != nil {
+		c.flusher.Flush()
+	}
 }
 
 func (c *sseClient) fail(h *head, f *failure) error {
@@ -150,7 +159,7 @@ func (c *sseClient) waiting(h *head) {
 	c.commit(h)
 	c.armDeadline()
 	if _, err := c.w.Write([]byte(": keep-alive\n\n")); err == nil {
-		_ = c.rc.Flush()
+		c.flush()
 	}
 }
 
