@@ -95,9 +95,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, forwarded bo
 		if err != nil {
 			return client{}, storeUnavailable("check the client key", err)
 		}
-		if err := s.cfg.Store.TouchClientKey(ctx, k.ID); err != nil {
-			s.log.Warn("touch client key", "key", k.ID, "err", err)
-		}
+		s.countKeyUse(k.ID)
 		return client{key: k, keyed: true}, nil
 	}
 	ever, err := s.cfg.Store.KeysEverCreated(ctx)

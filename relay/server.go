@@ -99,6 +99,8 @@ type Server struct {
 	// leased remembers the threads whose lease this replica renewed, and
 	// when (leaseKey -> time.Time), so a lease is written once a minute.
 	leased sync.Map
+	// keyUse counts requests per client key, written in batches.
+	keyUse keyUse
 	// hop carries requests forwarded to other replicas: no ambient proxy,
 	// and a short dial deadline, so a dead replica fails fast and the
 	// request is served here.
@@ -174,6 +176,7 @@ func (s *Server) Bridge() *bridge.Pool { return s.pool }
 func (s *Server) Close() {
 	s.close()
 	s.sessions.Wait()
+	s.keyUse.close()
 	s.hop.CloseIdleConnections()
 	s.pool.Close()
 }

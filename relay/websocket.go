@@ -258,9 +258,7 @@ func (ws *wsSession) admitTurn(ctx context.Context) error {
 		return refuseSession("client key revoked or expired", "this relay client key is unknown, revoked or expired")
 	}
 	ws.client.key = k
-	if err := s.cfg.Store.TouchClientKey(ctx, k.ID); err != nil {
-		s.log.Warn("touch client key", "key", k.ID, "err", err)
-	}
+	s.countKeyUse(k.ID)
 	return nil
 }
 

@@ -248,6 +248,9 @@ type keysCache struct {
 	gen  uint64 // bumped after every write to a key
 	byID map[string]cachedKey
 	ever bool // a key exists (keys are never deleted): keyless mode is over
+	// noneAt is when the table was last read empty (zero: not read, or a
+	// key was written since).
+	noneAt time.Time
 }
 
 type cachedKey struct {
@@ -289,15 +292,32 @@ func (c *keysCache) keep(id string, k ClientKey, gen uint64, at time.Time) {
 	c.byID[id] = cachedKey{key: k, gen: gen, at: at}
 }
 
-func (c *keysCache) everCreated() bool {
+// everCreated answers KeysEverCreated from memory when it can (known).
+func (c *keysCache) everCreated(now time.Time) (ever, known bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.ever
+	if c.ever {
+		return true, true
+	}
+	age := now.Sub(c.noneAt)
+	return false, !c.noneAt.IsZero() && age >= 0 && age < keysTTL
 }
 
+// sawKeys notes what a count of the keys found at now.
+func (c *keysCache) sawKeys(any bool, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if any {
+		c.ever = true
+	} else if !c.ever {
+		c.noneAt = now
+	}
+}
+
+// setEverCreated notes a key written: keyless mode is over.
 func (c *keysCache) setEverCreated() {
 	c.mu.Lock()
-	c.ever = true
+	c.ever, c.noneAt = true, time.Time{}
 	c.mu.Unlock()
 }
 

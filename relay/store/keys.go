@@ -11,6 +11,8 @@ import (
 	"math/big"
 	"strings"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // ClientKeyPrefix starts every relay client key, so a leaked one is easy to
@@ -194,18 +196,18 @@ func (s *Store) AuthenticateClientKey(ctx context.Context, secret string) (Clien
 // and expired ones included. Keyless mode (loopback clients served without
 // a key) is a choice made once, by creating none: revoking or expiring the
 // last key never re-opens it. Once true it is remembered, since keys are
-// never deleted.
+// never deleted; "none yet" is reused for keysTTL (a key created through
+// any replica ends it at once: see keysChanged).
 func (s *Store) KeysEverCreated(ctx context.Context) (bool, error) {
-	if s.keys.everCreated() {
-		return true, nil
+	now := s.now()
+	if ever, known := s.keys.everCreated(now); known {
+		return ever, nil
 	}
 	var n int
 	if err := s.get(ctx, &n, `SELECT COUNT(*) FROM client_keys`); err != nil {
 		return false, fmt.Errorf("count client keys: %w", err)
 	}
-	if n > 0 {
-		s.keys.setEverCreated()
-	}
+	s.keys.sawKeys(n > 0, now)
 	return n > 0, nil
 }
 
@@ -227,12 +229,25 @@ func (s *Store) CurrentClientKey(ctx context.Context, id string) (ClientKey, err
 	return k, nil
 }
 
-// TouchClientKey records one request made with the key.
-func (s *Store) TouchClientKey(ctx context.Context, id string) error {
-	_, err := s.exec(ctx, `UPDATE client_keys SET last_used_at = ?, request_count = request_count + 1 WHERE id = ?`,
-		s.now().UnixMilli(), id)
+// AddClientKeyUse records requests made with keys: uses maps a key id to
+// how many, all made by at (its last use). One transaction for them all.
+func (s *Store) AddClientKeyUse(ctx context.Context, uses map[string]int64, at time.Time) error {
+	if len(uses) == 0 {
+		return nil
+	}
+	const q = `UPDATE client_keys SET last_used_at = ?, request_count = request_count + ? WHERE id = ?`
+	s.warm(ctx, q)
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		exec := s.execIn(tx)
+		for id, n := range uses {
+			if _, err := exec(ctx, q, at.UnixMilli(), n, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("touch client key: %w", err)
+		return fmt.Errorf("record client key use: %w", err)
 	}
 	return nil
 }

@@ -191,6 +191,7 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, f func(Announcemen
 				s.accts.changed()
 			case AnnounceKeys:
 				s.keys.changed()
+				s.keys.setEverCreated()
 			}
 			f(a)
 		case <-time.After(time.Minute):

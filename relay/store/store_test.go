@@ -234,11 +234,13 @@ func TestClientKeys(t *testing.T) {
 		_, err = s.AuthenticateClientKey(ctx, "sk-not-ours")
 		assert.ErrorIs(t, err, store.ErrKeyRejected)
 
-		require.NoError(t, s.TouchClientKey(ctx, k.ID))
+		used := time.Now().Truncate(time.Millisecond)
+		require.NoError(t, s.AddClientKeyUse(ctx, map[string]int64{k.ID: 3}, used))
+		require.NoError(t, s.AddClientKeyUse(ctx, map[string]int64{k.ID: 1}, used.Add(time.Second)))
 		touched, err := s.ClientKey(ctx, k.ID)
 		require.NoError(t, err)
-		assert.EqualValues(t, 1, touched.RequestCount)
-		assert.False(t, touched.LastUsedAt.IsZero())
+		assert.EqualValues(t, 4, touched.RequestCount)
+		assert.True(t, used.Add(time.Second).Equal(touched.LastUsedAt), "last used %v", touched.LastUsedAt)
 
 		current, err := s.CurrentClientKey(ctx, k.ID)
 		require.NoError(t, err)
