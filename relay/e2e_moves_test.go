@@ -197,3 +197,53 @@ func TestPinMovesAThreadWhoseLaneLivesOnAnotherReplica(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{ids["a2"], ids["a2"]}, onB.laneAccounts(), "b's lanes on a1 retired")
 }
+
+// A change of a key's account scope moves the key's threads off accounts
+// it no longer holds, at their next request, on both transports: an open
+// WebSocket's next turn is served under the new scope.
+func TestKeyScopeChangeMovesAThreadAtItsNextRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, transport := range []string{"http", "ws"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+			h.setUsed("a2", 50)
+			k, secret, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "team", ScopeAccounts: []string{h.ids["a1"], h.ids["a2"]}})
+			require.NoError(t, err)
+			auth := http.Header{"Authorization": {"Bearer " + secret}}
+			thread := "019a7777-0000-7000-8000-00000000000" + map[string]string{"http": "1", "ws": "2"}[transport]
+			var c *wsClient
+			var prevID string
+			if transport == "http" {
+				resp, body := h.post(sessionS, thread, responseRequest("first"), auth)
+				require.Equal(t, http.StatusOK, resp.StatusCode, body)
+			} else {
+				c = h.dialWSWith(sessionS, thread, auth)
+				var typ string
+				typ, prevID = lastEvent(c.turn(responseRequest("first")))
+				require.Equal(t, "response.completed", typ)
+			}
+			require.Equal(t, "a1", h.responseRecords(thread)[0].Account)
+
+			k.ScopeAccounts = []string{h.ids["a2"]}
+			_, err = h.store.UpdateClientKey(ctx, k)
+			require.NoError(t, err)
+
+			if transport == "http" {
+				next := responseRequest("second")
+				next["input"] = []any{userMessage("first"), userMessage("second")}
+				resp, body := h.post(sessionS, thread, next, auth)
+				require.Equal(t, http.StatusOK, resp.StatusCode, "no 409: %s", body)
+			} else {
+				typ, _ := lastEvent(c.turn(map[string]any{"model": "gpt-5.5-codex", "previous_response_id": prevID, "input": []any{userMessage("second")}}))
+				require.Equal(t, "response.completed", typ)
+			}
+			recs := h.responseRecords(thread)
+			last := recs[len(recs)-1]
+			assert.Equal(t, "a2", last.Account, "the key's new scope holds at once")
+			assert.GreaterOrEqual(t, last.InputCount, 2, "with the thread's history")
+			assert.Equal(t, []string{h.ids["a2"]}, h.laneAccounts(), "the lane outside the scope retired")
+		})
+	}
+}

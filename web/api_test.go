@@ -263,9 +263,45 @@ func TestKeysAPI(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		assert.NotContains(t, raw, secret)
 
+		// A change keeps what it does not name, and the key's secret.
+		code, _, raw = call(t, srv, http.MethodPost, "/api/v1/accounts", testAdminToken, map[string]any{"api_key": "sk-2", "tags": []string{"blue"}})
+		require.Equal(t, http.StatusCreated, code, raw)
+		code, changed, raw := call(t, srv, http.MethodPatch, "/api/v1/keys/"+k["id"].(string), testAdminToken, map[string]any{"account_tag": "blue", "models": []string{}})
+		require.Equal(t, http.StatusOK, code, raw)
+		assert.Equal(t, "blue", changed["account_tag"])
+		assert.Equal(t, []any{}, changed["account_ids"], "the tag replaced the account list")
+		assert.Equal(t, []any{}, changed["models"])
+		assert.Equal(t, "ci", changed["name"], "kept")
+		assert.Equal(t, k["expires_at"], changed["expires_at"], "kept")
+		code, changed, raw = call(t, srv, http.MethodPatch, "/api/v1/keys/"+k["id"].(string), testAdminToken, map[string]any{"name": "ci renamed", "expires_at": ""})
+		require.Equal(t, http.StatusOK, code, raw)
+		assert.Equal(t, "ci renamed", changed["name"])
+		assert.Nil(t, changed["expires_at"], "an empty expires_at removes the expiry")
+		assert.Equal(t, "blue", changed["account_tag"], "kept")
+		got, err = s.AuthenticateClientKey(context.Background(), secret)
+		require.NoError(t, err, "the same secret still authenticates")
+		assert.Equal(t, "blue", got.ScopeTag)
+		for _, b := range []struct {
+			body  map[string]any
+			field string
+		}{
+			{map[string]any{"name": ""}, "name"},
+			{map[string]any{"account_ids": []string{"acc_nope"}}, "account_ids"},
+			{map[string]any{"expires_in": "soon"}, "expires_in"},
+		} {
+			code, body, raw := call(t, srv, http.MethodPatch, "/api/v1/keys/"+k["id"].(string), testAdminToken, b.body)
+			require.Equal(t, http.StatusBadRequest, code, raw)
+			_, field := errorOf(t, body)
+			assert.Equal(t, b.field, field, "body %v", b.body)
+		}
+		code, _, _ = call(t, srv, http.MethodPatch, "/api/v1/keys/key_missing", testAdminToken, map[string]any{"name": "x"})
+		assert.Equal(t, http.StatusNotFound, code)
+
 		code, revoked, _ := call(t, srv, http.MethodDelete, "/api/v1/keys/"+k["id"].(string), testAdminToken, nil)
 		require.Equal(t, http.StatusOK, code)
 		assert.NotNil(t, revoked["revoked_at"])
+		code, _, raw = call(t, srv, http.MethodPatch, "/api/v1/keys/"+k["id"].(string), testAdminToken, map[string]any{"name": "again"})
+		assert.Equal(t, http.StatusConflict, code, "a revoked key cannot be changed: %s", raw)
 		_, err = s.AuthenticateClientKey(context.Background(), secret)
 		assert.ErrorIs(t, err, store.ErrKeyRejected)
 

@@ -46,6 +46,7 @@ func (s *Server) routes() {
 	api.GET("/keys", s.listKeys)
 	api.POST("/keys", s.createKey)
 	api.GET("/keys/:id", s.getKey)
+	api.PATCH("/keys/:id", s.patchKey)
 	api.DELETE("/keys/:id", s.revokeKey)
 	api.GET("/bindings", s.listBindings)
 	api.POST("/bindings", s.createPin)

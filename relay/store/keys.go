@@ -169,6 +169,20 @@ func (s *Store) RevokeClientKey(ctx context.Context, id string) (ClientKey, erro
 	return s.ClientKey(ctx, id)
 }
 
+// UpdateClientKey changes a key's name, account scope, models and expiry
+// to k's (its id names it; the secret, creation and use are kept). Every
+// replica sees the change at once: an open WebSocket's next request is
+// served under the new scope.
+func (s *Store) UpdateClientKey(ctx context.Context, k ClientKey) (ClientKey, error) {
+	res, err := s.exec(ctx, `UPDATE client_keys SET name = ?, scope_accounts = ?, scope_tag = ?, models = ?, expires_at = ? WHERE id = ?`,
+		k.Name, joinList(k.ScopeAccounts), strings.TrimSpace(k.ScopeTag), joinList(k.Models), millis(k.ExpiresAt), k.ID)
+	if err := affectedOne(res, err, "update client key", k.ID); err != nil {
+		return ClientKey{}, err
+	}
+	s.keysChanged(ctx)
+	return s.ClientKey(ctx, k.ID)
+}
+
 // ErrKeyRejected means a presented client key is unknown, revoked or expired.
 var ErrKeyRejected = errors.New("client key rejected")
 
