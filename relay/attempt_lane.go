@@ -66,6 +66,10 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice,
 	default:
 		res.detail = "lane: reused"
 	}
+	if lease.Fresh {
+		// The upgrade answer's usage windows, as an HTTP answer's headers.
+		s.foldUsage(context.WithoutCancel(ctx), acct, lease.Lane.Header)
+	}
 	out, err := planLaneMessage(lease.State, p)
 	if errors.Is(err, errChainUnknown) {
 		lease.Release(lease.State, true) // the lane moved on meanwhile

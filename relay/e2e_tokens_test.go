@@ -15,6 +15,7 @@ import (
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/oauth"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 )
 
@@ -140,4 +141,32 @@ func TestCodexSeesTheEarliestResetOfAnExhaustedPool(t *testing.T) {
 	assert.NotEqual(t, 0, res.ExitCode)
 	assert.Contains(t, strings.ToLower(strings.Join(res.Errors, " ")), "try again at")
 	assert.Empty(t, h.responseRecords(""), "nothing went upstream")
+}
+
+// A fresh lane's upgrade answer carries the account's usage windows, as an
+// HTTP answer's headers do: they reach the account even when the request
+// then fails before any event (none of its codex.rate_limits arrived).
+func TestLaneUpgradeHeadersFoldIntoTheAccount(t *testing.T) {
+	t.Parallel()
+	for _, transport := range []string{"http", "ws"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			a1 := simAccount("a1", "org-a")
+			a1.Primary.UsedPercent = 55
+			h := newHarness(t, a1)
+			_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultCutStream, Events: 0})
+			require.NoError(t, err)
+			if transport == "http" {
+				resp, body := h.post(sessionS, rootT, responseRequest("cut"), nil)
+				require.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
+			} else {
+				typ, _ := lastEvent(h.dialWS(sessionS, rootT).turn(responseRequest("cut")))
+				require.Equal(t, "error", typ)
+			}
+			acc, err := h.store.Account(context.Background(), h.ids["a1"])
+			require.NoError(t, err)
+			require.True(t, acc.Primary.Known, "the upgrade's rate-limit headers reached the account")
+			assert.InDelta(t, 55, acc.Primary.UsedPercent, 0.01)
+		})
+	}
 }
