@@ -31,7 +31,7 @@ const httpOnlyFor = 10 * time.Minute
 func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice, cl clientStream, h *head, key bridge.Key) (res attemptResult, done bool) {
 	acct := ch.target.Account.ID
 	now := s.cfg.Now()
-	if _, known := p.full(); !known && !s.pool.Holds(key, acct, p.prev) {
+	if !p.known() && !s.pool.Holds(key, acct, p.prev) {
 		// Neither continuity nor the lane holds the chain: no lane is opened
 		// only to say so.
 		return chainUnknown(now, p), true
@@ -137,7 +137,7 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice,
 		end.broken = true
 	}
 	if e := end.tr.failure; e != nil && e.Code == wire.CodePreviousResponseNotFound && out.prev != "" && !end.facts.Committed {
-		if _, known := p.full(); known {
+		if p.known() {
 			// The upstream refused a chain on its own connection: it keeps
 			// none. The same account gets the full request, and this lane
 			// is not chained again.

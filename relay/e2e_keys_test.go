@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,4 +144,21 @@ func TestKeylessRefusesWebPages(t *testing.T) {
 			}
 		})
 	}
+
+	// The WebSocket handshake too. A page whose host name resolves to this
+	// machine (DNS rebinding) sends an Origin that matches its Host, which
+	// passes the WebSocket library's own origin check; the relay refuses it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, strings.TrimPrefix(h.srv.URL, "http://"))
+	}}}
+	_, resp, err := websocket.Dial(ctx, "ws://evil.example:2455/backend-api/codex/responses",
+		&websocket.DialOptions{HTTPClient: hc, HTTPHeader: http.Header{"Origin": {"http://evil.example:2455"}}})
+	require.Error(t, err)
+	require.NotNil(t, resp)
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	c := h.dialWS(sessionS, rootT) // Codex's own handshake is served
+	typ, _ := lastEvent(c.turn(responseRequest("hello")))
+	assert.Equal(t, "response.completed", typ)
 }

@@ -32,13 +32,18 @@ func (r *request) firstPlan() plan {
 	return plan{body: r.body, input: r.history, prev: r.fields.PreviousResponseID, model: r.fields.Model}
 }
 
+// known reports whether the whole history behind p is known, so it can go
+// in full anywhere: it chains to nothing, or continuity holds its chain.
+// Unlike full, it builds nothing.
+func (p plan) known() bool { return p.prev == "" || p.input != nil }
+
 // full is p as a full request: the whole input, chained to nothing. ok is
 // false when the history behind p's chain is unknown.
 func (p plan) full() (plan, bool) {
 	if p.prev == "" {
 		return p, true
 	}
-	if p.input == nil {
+	if !p.known() {
 		return p, false
 	}
 	b, err := continuity.WithFullInput(p.body, p.input)

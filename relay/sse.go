@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"net/http"
 	"time"
 
@@ -138,7 +139,7 @@ func (c *sseClient) fail(h *head, f *failure) error {
 		hdr.Set("Content-Type", "application/json")
 	}
 	c.committed = true
-	c.w.WriteHeader(cmpStatus(f.status))
+	c.w.WriteHeader(cmp.Or(f.status, http.StatusBadGateway)) // an upstream event gave none
 	_, err := c.w.Write(f.httpBody())
 	return err
 }
@@ -166,11 +167,3 @@ func (c *sseClient) waiting(h *head) {
 // issueTurnState: over HTTP, a turn's later requests echo the turn state of
 // its first answer; each turn gets its own.
 func (c *sseClient) issueTurnState() string { return newTurnState() }
-
-// cmpStatus is status, or 502 when an upstream gave none.
-func cmpStatus(status int) int {
-	if status == 0 {
-		return http.StatusBadGateway
-	}
-	return status
-}
