@@ -88,6 +88,9 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice,
 		return attemptResult{}, false
 	}
 	res.sentFull = out.full
+	if p.prev != "" && out.full {
+		s.metrics.lanes.WithLabelValues("rebuilt").Inc() // the client's chain went in full, from continuity
+	}
 	if out.prev == "" {
 		s.metrics.lanes.WithLabelValues("full").Inc()
 		res.detail += ", full"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -326,4 +327,48 @@ func TestRequestBodiesHaveADeadlineAndALimit(t *testing.T) {
 		assert.Contains(t, body, "request_too_large")
 	}
 	assert.Empty(t, h.responseRecords(""), "nothing went upstream")
+}
+
+// Lane metrics count each lane once, of either kind: one opened, a chained
+// request rebuilt in full on a new lane counted as rebuilt.
+func TestLaneMetricsCountEachLaneOnce(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.Registry = reg }, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+	h.setUsed("a2", 50)
+	resp, body := h.post(sessionS, rootT, responseRequest("over the bridge"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	c := h.dialWS(sessionS, childT)
+	typ, id := lastEvent(c.turn(responseRequest("over a client's lane")))
+	require.Equal(t, "response.completed", typ)
+	assert.Equal(t, 2.0, laneEvents(t, reg)["opened"], "two lanes, each counted once")
+
+	h.pause("a1") // the WebSocket's next turn moves: rebuilt in full on a new lane
+	typ, _ = lastEvent(c.turn(map[string]any{"model": "gpt-5.5-codex", "previous_response_id": id, "input": []any{userMessage("moved")}}))
+	require.Equal(t, "response.completed", typ)
+	events := laneEvents(t, reg)
+	assert.Equal(t, 3.0, events["opened"])
+	assert.Equal(t, 1.0, events["rebuilt"])
+	assert.Equal(t, 1.0, events["retired"], "the lane on the paused account")
+}
+
+// laneEvents reads codex_relay_lanes_total by event.
+func laneEvents(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "codex_relay_lanes_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "event" {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }

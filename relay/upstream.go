@@ -166,7 +166,6 @@ func (s *Server) openLane(ctx context.Context, t target, clientHeader http.Heade
 	if resp != nil {
 		h = resp.Header
 	}
-	s.metrics.lanes.WithLabelValues("opened").Inc()
 	return bridge.NewLane(conn, t.Account.ID, h, s.cfg.Now()), nil
 }
 
