@@ -81,15 +81,14 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		header: r.Header.Clone(), path: r.URL.Path, writes: writeGuard{timeout: s.cfg.ClientWriteTimeout}}
 	defer s.pool.Drop(ws.laneKey())
 	err = ws.run(ctx)
-	switch {
-	case s.closing.Err() != nil:
+	if s.closing.Err() != nil {
 		conn.Close(websocket.StatusGoingAway, "relay shutting down")
-	default:
-		if err != nil && !isNormalClose(err) && ctx.Err() == nil {
-			s.log.Debug("websocket session ended", "err", err)
-		}
-		conn.Close(websocket.StatusNormalClosure, "")
+		return
 	}
+	if err != nil && !isNormalClose(err) && ctx.Err() == nil {
+		s.log.Debug("websocket session ended", "err", err)
+	}
+	conn.Close(websocket.StatusNormalClosure, "")
 }
 
 // laneKey is the connection's own lane: the thread's, on this connection.
