@@ -14,6 +14,7 @@ import (
 	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 )
 
@@ -115,23 +116,33 @@ func statusOf(t *testing.T, h *harness, simID string) store.Status {
 	return a.Status
 }
 
-// Ciphertext that cannot be stripped (sealed agent messages) is offered
-// unchanged to other accounts; when none accepts, the binding stays on the
-// first account and the client gets the first mismatch failure.
-func TestMismatchNoAccountAccepts(t *testing.T) {
-	t.Parallel()
+// sealedThreadMoved starts a conversation on a1, whose agent messages are
+// sealed (ciphertext no stripping removes), then pauses a1: the thread's
+// next turn must go to one of others, in usage order as given (each 10
+// points more used than the one before).
+func sealedThreadMoved(t *testing.T, others ...sim.Account) (*harness, *conversation) {
+	t.Helper()
 	a1 := simAccount("a1", "org-a")
 	a1.SealMessages = true
-	h := newHarness(t, a1, simAccount("b1", "org-b"), simAccount("b2", "org-b"))
-	h.setUsed("b1", 80)
-	h.setUsed("b2", 90)
+	h := newHarness(t, append([]sim.Account{a1}, others...)...)
+	for i, o := range others {
+		h.setUsed(o.ID, float64(80+10*i))
+	}
 	conv := &conversation{h: h, thread: rootT}
 	resp, body := conv.turn("hello")
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	require.Equal(t, "a1", h.threadAccount(rootT))
 	h.pause("a1")
+	return h, conv
+}
 
-	resp, body = conv.turn("again")
+// Ciphertext that cannot be stripped (sealed agent messages) is offered
+// unchanged to other accounts; when none accepts, the binding stays on the
+// first account and the client gets the first mismatch failure.
+func TestMismatchNoAccountAccepts(t *testing.T) {
+	t.Parallel()
+	h, conv := sealedThreadMoved(t, simAccount("b1", "org-b"), simAccount("b2", "org-b"))
+	resp, body := conv.turn("again")
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
 	assert.Contains(t, body, "could not be decrypted")
 	recs := h.responseRecords(rootT)[1:]
@@ -152,16 +163,8 @@ func TestMismatchNoAccountAccepts(t *testing.T) {
 // client still gets the rejection, not "no account".
 func TestMismatchWithNoOtherAccountLeftAnswersTheRejection(t *testing.T) {
 	t.Parallel()
-	a1 := simAccount("a1", "org-a")
-	a1.SealMessages = true
-	h := newHarness(t, a1, simAccount("b1", "org-b"))
-	conv := &conversation{h: h, thread: rootT}
-	resp, body := conv.turn("hello")
-	require.Equal(t, http.StatusOK, resp.StatusCode, body)
-	require.Equal(t, "a1", h.threadAccount(rootT))
-	h.pause("a1")
-
-	resp, body = conv.turn("again")
+	h, conv := sealedThreadMoved(t, simAccount("b1", "org-b"))
+	resp, body := conv.turn("again")
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
 	assert.Contains(t, body, "could not be decrypted")
 	assert.Len(t, h.responseRecords(rootT)[1:], 2, "b1, and b1 stripped")
@@ -171,19 +174,9 @@ func TestMismatchWithNoOtherAccountLeftAnswersTheRejection(t *testing.T) {
 // that can read the conversation, and that account takes the thread.
 func TestMismatchAcceptedElsewhere(t *testing.T) {
 	t.Parallel()
-	a1 := simAccount("a1", "org-a")
-	a1.SealMessages = true
-	h := newHarness(t, a1, simAccount("a2", "org-a"), simAccount("b1", "org-b"))
-	h.setUsed("a2", 90)
-	h.setUsed("b1", 80)
-	conv := &conversation{h: h, thread: rootT}
-	resp, body := conv.turn("hello")
-	require.Equal(t, http.StatusOK, resp.StatusCode, body)
-	require.Equal(t, "a1", h.threadAccount(rootT))
-	h.pause("a1")
+	h, conv := sealedThreadMoved(t, simAccount("b1", "org-b"), simAccount("a2", "org-a"))
 	h.forgetOrganisation(rootT)
-
-	resp, body = conv.turn("again")
+	resp, body := conv.turn("again")
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	assert.Equal(t, relay.RecoveryMismatch, resp.Header.Get(relay.RecoveryHeader))
 	recs := h.responseRecords(rootT)
