@@ -65,6 +65,9 @@ type Config struct {
 	// Retention is how long request log rows and attempt records are kept
 	// (Run deletes older ones). Default 30 days; negative keeps them all.
 	Retention time.Duration
+	// Location is the time zone of calendar budget windows (day, week,
+	// month). Nil: UTC.
+	Location *time.Location
 }
 
 // TokenSource hands out an account's credentials, refreshing ChatGPT tokens
@@ -145,6 +148,9 @@ func New(cfg Config) *Server {
 	cfg.Replica = cfg.Replica.withDefaults()
 	if cfg.Retention == 0 {
 		cfg.Retention = 30 * 24 * time.Hour
+	}
+	if cfg.Location == nil {
+		cfg.Location = time.UTC
 	}
 	closing, cancel := context.WithCancel(context.Background())
 	s := &Server{

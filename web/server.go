@@ -55,6 +55,9 @@ type Config struct {
 	// answered 408 and its connection closed. Default 30s. The client routes
 	// bound their own reads.
 	BodyReadTimeout time.Duration
+	// Location is the time zone of usage reports' days and hours and of
+	// calendar budget windows (CODEX_RELAY_TIMEZONE). Nil: UTC.
+	Location *time.Location
 }
 
 // Relay is what the web layer uses of the relay. *relay.Server has it.
@@ -111,6 +114,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Location == nil {
+		cfg.Location = time.UTC
 	}
 	if cfg.LiveInterval <= 0 {
 		cfg.LiveInterval = 2 * time.Second

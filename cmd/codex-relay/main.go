@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	_ "time/tzdata" // CODEX_RELAY_TIMEZONE works on hosts and images without a zone database
 )
 
 func main() {

@@ -32,12 +32,17 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	fallbackModel := fs.String("fallback-model", envOr(c, "CODEX_RELAY_FALLBACK_MODEL", ""), "model requests ask for when they fall back to accounts tagged \"fallback\" (env CODEX_RELAY_FALLBACK_MODEL); empty: the client's model")
 	retentionText := fs.String("retention", envOr(c, "CODEX_RELAY_RETENTION", "720h"), "how long the request log and attempt records are kept (env CODEX_RELAY_RETENTION), a duration such as 720h or 2160h; 0 keeps them all")
 	advertise := fs.String("advertise-url", envOr(c, "CODEX_RELAY_ADVERTISE_URL", ""), "base URL the other replicas reach this one at, to forward a thread's requests to the replica holding its lane (env CODEX_RELAY_ADVERTISE_URL); default http://<listen address>, or none when listening on all interfaces without it")
+	tz := fs.String("timezone", envOr(c, "CODEX_RELAY_TIMEZONE", "UTC"), "IANA time zone of the calendar budget windows (day, week, month) and of the usage reports' days and hours (env CODEX_RELAY_TIMEZONE), such as Europe/Berlin")
 	fs.Usage = withEnvNotes(fs.Usage, c)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	loc, err := time.LoadLocation(*tz)
+	if err != nil {
+		return fmt.Errorf("serve: -timezone (CODEX_RELAY_TIMEZONE) %q: give an IANA time zone such as UTC or Europe/Berlin", *tz)
 	}
 	retention, err := time.ParseDuration(*retentionText)
 	if err != nil || retention < 0 {
@@ -57,7 +62,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	defer st.Close()
 
 	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel,
-		secret: secret, advertise: *advertise, retention: retention}, nil)
+		secret: secret, advertise: *advertise, retention: retention, location: loc}, nil)
 }
 
 // relayOptions are the relay settings serve and demo pass down.
@@ -67,6 +72,7 @@ type relayOptions struct {
 	secret        []byte        // the secret key: console sessions and replica hops are signed with keys derived from it
 	advertise     string        // base URL other replicas forward to; "" derives it from the listener
 	retention     time.Duration // request records older than this are deleted; 0 the default (30 days), negative keeps them all
+	location      *time.Location // calendar budget windows and report days; nil is UTC
 }
 
 // serveRelay assembles the relay and its web front on st and serves on addr
@@ -88,7 +94,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 		advertise = advertiseURL(ln.Addr())
 	}
 	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel,
-		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}, Retention: opts.retention})
+		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}, Retention: opts.retention, Location: opts.location})
 	rctx, stopRelay := context.WithCancel(ctx)
 	var background sync.WaitGroup
 	background.Add(2)
@@ -109,7 +115,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 		return a, nil
 	}
 	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl,
-		SessionKey: derivedKey(opts.secret, sessionKeyPurpose), Probe: probe})
+		SessionKey: derivedKey(opts.secret, sessionKeyPurpose), Probe: probe, Location: opts.location})
 
 	hs := &http.Server{
 		Handler:           srv,

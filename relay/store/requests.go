@@ -29,6 +29,24 @@ type RequestRecord struct {
 	InputTokens  int64
 	OutputTokens int64
 	CachedTokens int64
+	// Usage beyond the three counts above, from the terminal event.
+	ModelServed     string // the model the upstream answered with ("" when none answered)
+	ServiceTier     string // the service tier the upstream served (or the request asked for)
+	ReasoningTokens int64
+	TotalTokens     int64 // the upstream's usage.total_tokens
+	CostNanos       int64 // priced when the request settled, in billionths of a US dollar
+	// Charged reports that the request counts toward its key's budgets: the
+	// upstream did work for it.
+	Charged bool
+	// FirstOutput is the time to the first output token the client got
+	// (zero: none).
+	FirstOutput time.Duration
+	// Policy notes what the key's model policy changed (an alias resolved,
+	// reasoning effort capped, the priority tier downgraded).
+	Policy string
+	// Reserved reports that the request holds a budget reservation, which
+	// its log row settles (deletes) in the same transaction.
+	Reserved bool
 }
 
 type requestRow struct {
@@ -50,10 +68,36 @@ type requestRow struct {
 	InputTokens  int64  `db:"input_tokens"`
 	OutputTokens int64  `db:"output_tokens"`
 	CachedTokens int64  `db:"cached_tokens"`
+	ModelServed  string `db:"model_served"`
+	ServiceTier  string `db:"service_tier"`
+	Reasoning    int64  `db:"reasoning_tokens"`
+	TotalTokens  int64  `db:"total_tokens"`
+	CostNanos    int64  `db:"cost_nanos"`
+	Charged      int    `db:"charged"`
+	FirstOutMS   *int64 `db:"first_output_ms"`
+	Policy       string `db:"policy"`
+}
+
+func (r requestRow) record() RequestRecord {
+	out := RequestRecord{ID: r.ID, ClientKeyID: r.ClientKeyID, ThreadKey: r.ThreadKey, SessionID: r.SessionID,
+		ThreadID: r.ThreadID, AccountID: r.AccountID, Transport: r.Transport, Path: r.Path, Model: r.Model,
+		Status: r.Status, ErrorCode: r.ErrorCode, Recovery: r.Recovery, StartedAt: time.UnixMilli(r.StartedAt).UTC(),
+		Duration: time.Duration(r.DurationMS) * time.Millisecond, InputTokens: r.InputTokens,
+		OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens, ModelServed: r.ModelServed, ServiceTier: r.ServiceTier,
+		ReasoningTokens: r.Reasoning, TotalTokens: r.TotalTokens, CostNanos: r.CostNanos, Charged: r.Charged != 0,
+		Policy: r.Policy}
+	if r.FirstEventMS != nil {
+		out.FirstEvent = time.Duration(*r.FirstEventMS) * time.Millisecond
+	}
+	if r.FirstOutMS != nil {
+		out.FirstOutput = time.Duration(*r.FirstOutMS) * time.Millisecond
+	}
+	return out
 }
 
 const requestColumns = `id, client_key_id, thread_key, session_id, thread_id, account_id, transport, path, model,
-	status, error_code, recovery, started_at, first_event_ms, duration_ms, input_tokens, output_tokens, cached_tokens`
+	status, error_code, recovery, started_at, first_event_ms, duration_ms, input_tokens, output_tokens, cached_tokens,
+	model_served, service_tier, reasoning_tokens, total_tokens, cost_nanos, charged, first_output_ms, policy`
 
 const attemptColumns = `id, request_id, seq, thread_key, session_id, thread_id, account_id, from_account_id, transport,
 	class, recovery, action, status, error_code, detail, started_at, ended_at, first_event_ms`
@@ -62,7 +106,12 @@ const attemptColumns = `id, request_id, seq, thread_key, session_id, thread_id, 
 const (
 	insertRequest = `INSERT INTO requests (id, client_key_id, thread_key, session_id, thread_id,
 		account_id, transport, path, model, status, error_code, recovery, started_at, first_event_ms, duration_ms,
-		input_tokens, output_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		input_tokens, output_tokens, cached_tokens, model_served, service_tier, reasoning_tokens, total_tokens,
+		cost_nanos, charged, first_output_ms, policy)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// settleReservation ends a request's budget reservation: its use is now
+	// in its log row, written in the same transaction.
+	settleReservation = `DELETE FROM key_reservations WHERE request_id = ?`
 	insertAttempt = `INSERT INTO attempts (id, request_id, seq, thread_key, session_id, thread_id,
 		account_id, from_account_id, transport, class, recovery, action, status, error_code, detail, started_at,
 		ended_at, first_event_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
@@ -80,12 +129,23 @@ func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
 
 // RecordRequest writes a request's log row and its attempt records in one
 // transaction: one commit per request instead of one per row.
+// A request that held a budget reservation settles it in the same
+// transaction: its use moves from the reservation to the log row at once,
+// on every replica, and only once (the row's id is its primary key).
 func (s *Store) RecordRequest(ctx context.Context, r RequestRecord, as []Attempt) error {
 	s.warm(ctx, insertRequest, insertAttempt)
+	if r.Reserved {
+		s.warm(ctx, settleReservation)
+	}
 	return s.inTx(ctx, func(tx *sqlx.Tx) error {
 		ex := s.execIn(tx)
 		if err := logRequest(ctx, ex, r); err != nil {
 			return err
+		}
+		if r.Reserved {
+			if _, err := ex(ctx, settleReservation, r.ID); err != nil {
+				return fmt.Errorf("settle reservation: %w", err)
+			}
 		}
 		return recordAttempts(ctx, ex, as)
 	})
@@ -95,19 +155,28 @@ func logRequest(ctx context.Context, exec execFunc, r RequestRecord) error {
 	if r.ID == "" {
 		r.ID = NewID("req", r.StartedAt)
 	}
-	var first *int64
-	if r.FirstEvent > 0 {
-		v := r.FirstEvent.Milliseconds()
-		first = &v
+	charged := 0
+	if r.Charged {
+		charged = 1
 	}
 	_, err := exec(ctx, insertRequest,
 		r.ID, r.ClientKeyID, r.ThreadKey, r.SessionID, r.ThreadID, r.AccountID, r.Transport, r.Path, r.Model,
-		r.Status, r.ErrorCode, r.Recovery, r.StartedAt.UnixMilli(), first, r.Duration.Milliseconds(),
-		r.InputTokens, r.OutputTokens, r.CachedTokens)
+		r.Status, r.ErrorCode, r.Recovery, r.StartedAt.UnixMilli(), optMillis(r.FirstEvent), r.Duration.Milliseconds(),
+		r.InputTokens, r.OutputTokens, r.CachedTokens, r.ModelServed, r.ServiceTier, r.ReasoningTokens, r.TotalTokens,
+		r.CostNanos, charged, optMillis(r.FirstOutput), r.Policy)
 	if err != nil {
 		return fmt.Errorf("log request: %w", err)
 	}
 	return nil
+}
+
+// optMillis is a duration as nullable milliseconds: NULL when not positive.
+func optMillis(d time.Duration) *int64 {
+	if d <= 0 {
+		return nil
+	}
+	v := d.Milliseconds()
+	return &v
 }
 
 // RequestFilter selects request log rows; empty fields do not filter.
@@ -127,14 +196,7 @@ func (s *Store) Requests(ctx context.Context, f RequestFilter) ([]RequestRecord,
 	}
 	out := make([]RequestRecord, len(rows))
 	for i, r := range rows {
-		out[i] = RequestRecord{ID: r.ID, ClientKeyID: r.ClientKeyID, ThreadKey: r.ThreadKey, SessionID: r.SessionID,
-			ThreadID: r.ThreadID, AccountID: r.AccountID, Transport: r.Transport, Path: r.Path, Model: r.Model,
-			Status: r.Status, ErrorCode: r.ErrorCode, Recovery: r.Recovery, StartedAt: time.UnixMilli(r.StartedAt).UTC(),
-			Duration: time.Duration(r.DurationMS) * time.Millisecond, InputTokens: r.InputTokens,
-			OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens}
-		if r.FirstEventMS != nil {
-			out[i].FirstEvent = time.Duration(*r.FirstEventMS) * time.Millisecond
-		}
+		out[i] = r.record()
 	}
 	return out, total, nil
 }
@@ -167,14 +229,10 @@ func recordAttempts(ctx context.Context, exec execFunc, as []Attempt) error {
 		if a.ID == "" {
 			a.ID = NewID("att", a.StartedAt)
 		}
-		var first *int64
-		if a.FirstEvent > 0 {
-			v := a.FirstEvent.Milliseconds()
-			first = &v
-		}
 		_, err := exec(ctx, insertAttempt,
 			a.ID, a.RequestID, a.Seq, a.ThreadKey, a.SessionID, a.ThreadID, a.AccountID, a.FromAccountID, a.Transport,
-			a.Class, a.Recovery, a.Action, a.Status, a.ErrorCode, a.Detail, a.StartedAt.UnixMilli(), a.EndedAt.UnixMilli(), first)
+			a.Class, a.Recovery, a.Action, a.Status, a.ErrorCode, a.Detail, a.StartedAt.UnixMilli(), a.EndedAt.UnixMilli(),
+			optMillis(a.FirstEvent))
 		if err != nil {
 			return fmt.Errorf("record attempt: %w", err)
 		}
