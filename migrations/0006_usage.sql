@@ -22,13 +22,16 @@ ALTER TABLE client_keys ADD COLUMN policy TEXT NOT NULL DEFAULT '';
 
 -- key_reservations: requests admitted under a key with limits and not yet
 -- settled. A reservation counts while its replica is alive; settling
--- deletes it in the transaction that writes the request's log row.
+-- deletes it in the transaction that writes the request's log row. done is
+-- 1 once the response completed: tokens and cost are then its real use,
+-- and it no longer counts as a request in flight.
 CREATE TABLE key_reservations (
     request_id  TEXT PRIMARY KEY,
     key_id      TEXT NOT NULL,
     replica_id  TEXT NOT NULL,
     tokens      BIGINT NOT NULL,
     cost_nanos  BIGINT NOT NULL,
+    done        INTEGER NOT NULL DEFAULT 0,
     created_at  BIGINT NOT NULL
 );
 CREATE INDEX key_reservations_key ON key_reservations (key_id);

@@ -130,6 +130,7 @@ func failureFor(err error, now time.Time) (*failure, attemptClass) {
 	var none *noAccountError
 	var refused *requestError
 	var st *storeError
+	var limited *keyLimitError
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return &failure{status: statusClientClosed, err: apiError{Type: wire.TypeInvalidRequest, Code: "client_closed", Message: "the client went away"}}, classCancelled
@@ -156,6 +157,11 @@ func failureFor(err error, now time.Time) (*failure, attemptClass) {
 		}
 		return relayFailure(http.StatusServiceUnavailable, wire.TypeServerError, wire.CodeServerIsOverloaded,
 			"no account in this key's scope can serve now (paused, re-auth required or at capacity)"), classNoAccount
+	case errors.As(err, &limited):
+		f := usageLimitFailure(limited.retryAt, now, fmt.Sprintf("this client key is at its limit of %s %s (%s used)",
+			formatAmount(limited.limit.Max), limitUnit(limited.limit), formatAmount(limited.used)))
+		f.header = http.Header{HeaderLimit: {limited.limit.Name()}}
+		return f, classKeyLimit
 	case errors.As(err, &st):
 		return relayFailure(http.StatusServiceUnavailable, wire.TypeServerError, "store_unavailable",
 			"the relay's database did not answer; try again shortly"), classStore

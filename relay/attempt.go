@@ -20,8 +20,9 @@ type attemptResult struct {
 	status int
 	code   string
 	// detail is for the operator only: lane use, dial and stream errors.
-	detail     string
-	firstEvent time.Duration
+	detail      string
+	firstEvent  time.Duration
+	firstOutput time.Duration
 	// sentFull: the request went in full (its whole history in the body),
 	// so a ciphertext recovery may strip or move it.
 	sentFull bool
@@ -47,7 +48,7 @@ func (s *Server) attempt(ctx context.Context, r *request, p plan, ch choice, cl 
 // client has not seen becomes the answer to send (the upstream's own event,
 // or one of the relay's when the stream broke before any output).
 func (res attemptResult) finish(end pumpEnd) attemptResult {
-	res.facts, res.tr, res.firstEvent = end.facts, end.tr, end.firstEvent
+	res.facts, res.tr, res.firstEvent, res.firstOutput = end.facts, end.tr, end.firstEvent, end.firstOutput
 	if end.detail != "" {
 		res.detail = joinDetail(res.detail, end.detail)
 	}

@@ -75,7 +75,10 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch choice,
 			res.fail = failInterrupted()
 			return res
 		}
-		s.settle(ctx, r, ch, h, &tracker{}, nil) // a document is no turn: no turn state is issued for it
+		tr := documentTracker(doc)
+		s.settle(ctx, r, ch, h, tr, nil) // a document is no turn: no turn state is issued for it
+		s.finishReservation(ctx, r, tr)
+		res.tr = *tr
 		if err := cl.reply(h, http.StatusOK, doc); err != nil {
 			res.facts = attemptEnd{Now: s.cfg.Now(), Cancelled: true, Committed: true}
 			return res

@@ -44,6 +44,10 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice,
 		}
 		return l, err
 	}
+	if s.cfg.Upstream.egressChanged(ch.target.Account) {
+		// Its lanes were dialed through the proxy it named before.
+		s.pool.CloseAccount(acct)
+	}
 	lease, err := s.pool.Acquire(ctx, key, acct, dial, func() { cl.waiting(h) })
 	if err != nil {
 		var refused *upgradeRefusedError

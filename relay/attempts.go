@@ -34,6 +34,14 @@ func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
 		}
 		_ = cl.fail(&head{recovery: p.recovery}, f)
 	}
+	reserved, err := s.admitBudget(ctx, r)
+	r.reserved, log.rec.Reserved = reserved, reserved // settled (deleted) with the request's log row
+	if err != nil {
+		f, class := failureFor(err, s.cfg.Now())
+		log.attempt(1, "", "", class, "", actionTerminal, f.status, f.code(), err.Error(), s.cfg.Now(), 0)
+		answer(f, class)
+		return
+	}
 	for n := 1; ; n++ {
 		lane := ""
 		if k, ok := cl.lane(r); ok {
@@ -72,7 +80,7 @@ func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
 		prev = acct
 		switch out.Action {
 		case actionDone:
-			log.done(res)
+			log.done()
 			return
 		case actionTerminal:
 			if out.Class == classCiphertext && res.fail != nil {
@@ -152,6 +160,8 @@ type requestLog struct {
 	attempts []store.Attempt
 	// firstClass is the class of the first account failure (see attempts).
 	firstClass attemptClass
+	// last is the latest attempt: what it used is the request's use.
+	last *attemptResult
 }
 
 // attempt records one attempt (account "" for a request selection refused).
@@ -165,14 +175,12 @@ func (l *requestLog) attempt(seq int, account, from string, class attemptClass, 
 
 // served notes the account that served the latest attempt.
 func (l *requestLog) served(account, recovery string, res attemptResult) {
-	l.rec.AccountID, l.rec.Recovery, l.rec.FirstEvent = account, recovery, res.firstEvent
+	l.rec.AccountID, l.rec.Recovery, l.rec.FirstEvent, l.rec.FirstOutput = account, recovery, res.firstEvent, res.firstOutput
+	l.last = &res
 }
 
 // done notes a request answered in full.
-func (l *requestLog) done(res attemptResult) {
-	l.rec.Status = http.StatusOK
-	l.rec.InputTokens, l.rec.OutputTokens, l.rec.CachedTokens = res.tr.input, res.tr.outputTok, res.tr.cached
-}
+func (l *requestLog) done() { l.rec.Status = http.StatusOK }
 
 // answered notes a request that ended with a failure sent to the client.
 func (l *requestLog) answered(f *failure, class attemptClass) {
@@ -194,15 +202,21 @@ func (l *requestLog) ended(res attemptResult, class attemptClass) {
 }
 
 // write writes the request log row and the attempt records, after the
-// client has its answer, on a context of its own.
+// client has its answer, on a context of its own. The row carries what the
+// request used: its latest attempt's, the only one that can have done work
+// (an attempt that did work is never followed by another). Writing it
+// settles the request's budget reservation, once.
 func (l *requestLog) write() {
 	s, r, rec := l.s, l.r, l.rec
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	rec.ID, rec.ClientKeyID, rec.ThreadKey = r.id, r.client.key.ID, string(r.ident.Key)
 	rec.SessionID, rec.ThreadID, rec.Transport, rec.Path = r.ident.Session, r.ident.Thread, r.transport, r.path
-	rec.Model, rec.StartedAt = r.fields.Model, r.start
+	rec.Model, rec.StartedAt, rec.Policy = r.asked, r.start, r.policy
 	rec.Duration = s.cfg.Now().Sub(r.start)
+	if l.last != nil {
+		s.charge(ctx, r, &rec, &l.last.tr, l.last.tr.work || l.last.tr.usage)
+	}
 	if err := s.cfg.Store.RecordRequest(ctx, rec, l.attempts); err != nil {
 		s.log.Warn("log request", "err", err)
 	}

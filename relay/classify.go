@@ -43,6 +43,7 @@ const (
 	classConflict  attemptClass = "conflict"
 	classNoAccount attemptClass = "no_account"
 	classStore     attemptClass = "store_unavailable"
+	classKeyLimit  attemptClass = "key_limit" // the client key is at one of its limits
 )
 
 // nextAction is what to do after an attempt.

@@ -126,15 +126,17 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, req *request) b
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
-			// The body as read here: decompressed, so its encoding goes.
+			// The body as read here (decompressed, so its encoding goes), as
+			// the client sent it: the holder applies the key's policy itself.
+			body := req.received
 			pr.Out.Body = http.NoBody
-			if len(req.body) > 0 {
-				pr.Out.Body = io.NopCloser(bytes.NewReader(req.body))
+			if len(body) > 0 {
+				pr.Out.Body = io.NopCloser(bytes.NewReader(body))
 			}
-			pr.Out.ContentLength = int64(len(req.body))
+			pr.Out.ContentLength = int64(len(body))
 			pr.Out.Header.Del("Content-Encoding")
 			pr.Out.Header.Del("Content-Length")
-			pr.Out.Header.Set(HeaderHop, signHop(rc.HopKey, rc.ID, now, r.Method, r.URL.Path, req.body))
+			pr.Out.Header.Set(HeaderHop, signHop(rc.HopKey, rc.ID, now, r.Method, r.URL.Path, body))
 		},
 		Transport:     s.hop,
 		FlushInterval: -1, // events reach the client as they come

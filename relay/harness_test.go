@@ -54,10 +54,16 @@ func newHarnessWith(t *testing.T, adjust func(*harness, *relay.Config), accounts
 // newHarnessSim is newHarnessWith with the sim's configuration given whole.
 func newHarnessSim(t *testing.T, simCfg sim.Config, adjust func(*harness, *relay.Config)) *harness {
 	t.Helper()
+	return newHarnessOn(t, storetest.SQLiteURL(t), simCfg, adjust)
+}
+
+// newHarnessOn is newHarnessSim on the database at dbURL.
+func newHarnessOn(t *testing.T, dbURL string, simCfg sim.Config, adjust func(*harness, *relay.Config)) *harness {
+	t.Helper()
 	accounts := simCfg.Accounts
 	upstream := sim.NewServer(simCfg)
 	t.Cleanup(upstream.Close)
-	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	st := storetest.Open(t, dbURL, store.Options{})
 	h := &harness{t: t, sim: upstream, store: st, ids: map[string]string{}}
 	for _, a := range accounts {
 		acc := store.Account{Label: a.ID, Organization: a.Organization}

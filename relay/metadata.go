@@ -23,17 +23,7 @@ func withoutMetadataKey(body []byte, key string) []byte {
 		return body
 	}
 	delete(md, key)
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // keep the other values' bytes as they came
-	if enc.Encode(md) != nil {
-		return body
-	}
-	v := bytes.TrimRight(buf.Bytes(), "\n")
-	out := make([]byte, 0, len(body))
-	out = append(out, body[:start]...)
-	out = append(out, v...)
-	return append(out, body[end:]...)
+	return splice(body, start, end, encodeKeepingBytes(md)) // the other values keep their bytes
 }
 
 // memberValue finds the value of a top-level member of a JSON object and

@@ -14,6 +14,12 @@ type metrics struct {
 	// per-event path must not look labels up.
 	eventsHTTP, eventsWS prometheus.Counter
 	lanes                *prometheus.CounterVec // lane lifecycle, by what happened
+	// Spend: by client key and priced model (bounded: keys are the
+	// operator's, models outside the price table count as "other").
+	tokens     *prometheus.CounterVec // by key, model, kind
+	cost       *prometheus.CounterVec // by key, model
+	keyRefused *prometheus.CounterVec // by key, limit
+	budgetUse  *prometheus.GaugeVec   // by key, limit: use / max at the key's latest admission
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -30,8 +36,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Server events forwarded to clients, by transport."}, []string{"transport"}),
 		lanes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_lanes_total",
 			Help: "Upstream WebSocket lane lifecycle: opened, reused, replaced, closed, rebuilt."}, []string{"event"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_tokens_total",
+			Help: "Tokens the upstream reported, by client key, model (\"other\" when the price table does not list it) and kind: input (cached included), cached_input, output (reasoning included), reasoning."},
+			[]string{"key", "model", "kind"}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_cost_usd_total",
+			Help: "Cost of the usage the upstream reported, at the price table in force, by client key and model."}, []string{"key", "model"}),
+		keyRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_key_limit_refusals_total",
+			Help: "Requests refused 429 because their client key was at a limit, by key and limit (tokens/5h, concurrent, ...)."}, []string{"key", "limit"}),
+		budgetUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "codex_relay_key_budget_used_ratio",
+			Help: "A client key's use of each limit (settled plus in flight, over max) at its latest request."}, []string{"key", "limit"}),
 	}
 	m.eventsHTTP, m.eventsWS = m.events.WithLabelValues("http"), m.events.WithLabelValues("ws")
-	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes)
+	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes, m.tokens, m.cost, m.keyRefused, m.budgetUse)
 	return m
 }

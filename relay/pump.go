@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -109,7 +110,9 @@ type pumpEnd struct {
 	tr         tracker
 	final      []byte // the terminal event the client has not been sent (a failure before any output)
 	firstEvent time.Duration
-	detail     string
+	// firstOutput is when the first output delta went to the client.
+	firstOutput time.Duration
+	detail      string
 	// broken: the lane must not serve again (cut, stalled, or the client
 	// left mid-answer with the upstream still sending).
 	broken bool
@@ -210,6 +213,10 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 		if completed {
 			foldLimits()
 			settle(&end.tr)
+			s.finishReservation(ctx, r, &end.tr)
+		}
+		if end.firstOutput == 0 && isOutputDelta(typ) {
+			end.firstOutput = s.cfg.Now().Sub(r.start)
 		}
 		if err := send(typ, data); err != nil {
 			return clientGone(err)
@@ -219,6 +226,12 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 			return end
 		}
 	}
+}
+
+// isOutputDelta reports an event carrying output tokens the user sees: a
+// delta of text, reasoning summary, or tool call arguments.
+func isOutputDelta(typ string) bool {
+	return strings.HasPrefix(typ, "response.") && strings.HasSuffix(typ, ".delta")
 }
 
 // endBroken ends an attempt whose stream broke or went quiet. Before any

@@ -27,6 +27,15 @@ type request struct {
 	// "type"), and fields what the relay reads of it.
 	body   []byte
 	fields continuity.Fields
+	// received is the body as the client sent it, before the key's policy
+	// (a forwarded request is policed where it is served); asked is the
+	// model it asked for, and policy what the policy changed.
+	received []byte
+	asked    string
+	policy   string
+	// reserved: the request holds a budget reservation (set once, by its
+	// admission, before any attempt).
+	reserved bool
 	// turnState is the client's x-codex-turn-state, if any.
 	turnState string
 	// history is the whole input behind body: its own input or, when it
@@ -39,10 +48,12 @@ type request struct {
 // newRequest admits a request: its history is resolved once, from
 // continuity as it stands when the request arrives (a request's own
 // attempts commit nothing before it ends).
-func (s *Server) newRequest(transport, path, sub string, cl client, ident Identity, header http.Header, body []byte, fields continuity.Fields, turnState string) *request {
+func (s *Server) newRequest(transport, path, sub string, cl client, ident Identity, header http.Header, received []byte, pol policed, turnState string) *request {
 	now := s.cfg.Now()
+	fields := pol.fields
 	r := &request{id: store.NewID("req", now), start: now, transport: transport, path: path, sub: sub,
-		client: cl, ident: ident, header: header, body: body, fields: fields, turnState: turnState}
+		client: cl, ident: ident, header: header, body: pol.body, fields: fields, received: received,
+		asked: pol.asked, policy: pol.note, turnState: turnState}
 	switch prev := fields.PreviousResponseID; {
 	case prev == "":
 		r.history = fields.Input

@@ -44,13 +44,14 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 		s.writeFailure(w, refuse(http.StatusBadRequest, "invalid_json", "the request body is not a valid Responses request: "+err.Error()))
 		return
 	}
-	if err := cl.checkModel(fields.Model); err != nil {
+	pol, err := cl.police(body, fields)
+	if err != nil {
 		s.writeFailure(w, err)
 		return
 	}
 	header := r.Header.Clone()
 	header.Del(HeaderHop)
-	req := s.newRequest("http", r.URL.Path, sub, cl, ident, header, body, fields, strings.TrimSpace(r.Header.Get(wire.HeaderTurnState)))
+	req := s.newRequest("http", r.URL.Path, sub, cl, ident, header, body, pol, strings.TrimSpace(r.Header.Get(wire.HeaderTurnState)))
 	req.hopFrom = hopFrom
 	if s.forward(w, r, req) {
 		return // served by the replica holding the thread's lane

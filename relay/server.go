@@ -251,6 +251,9 @@ func (s *Server) housekeep(ctx context.Context) {
 			s.log.Warn("delete old request records", "err", err)
 		}
 	}
+	if _, err := s.cfg.Store.DeleteStaleReservations(ctx, s.cfg.Replica.ID, s.ReplicaLiveSince()); err != nil && ctx.Err() == nil {
+		s.log.Warn("delete stale budget reservations", "err", err)
+	}
 	if _, err := s.cfg.Store.DeleteStaleLeases(ctx, now.Add(-leaseTTL)); err != nil && ctx.Err() == nil {
 		s.log.Warn("delete stale lane leases", "err", err)
 	}

@@ -11,14 +11,20 @@ import (
 // relay needs.
 type responseEnvelope struct {
 	Response struct {
-		ID    string      `json:"id"`
-		Error *wire.Error `json:"error"`
-		Usage *struct {
+		ID          string      `json:"id"`
+		Model       string      `json:"model"`
+		ServiceTier string      `json:"service_tier"`
+		Error       *wire.Error `json:"error"`
+		Usage       *struct {
 			InputTokens        int64 `json:"input_tokens"`
 			OutputTokens       int64 `json:"output_tokens"`
+			TotalTokens        int64 `json:"total_tokens"`
 			InputTokensDetails *struct {
 				CachedTokens int64 `json:"cached_tokens"`
 			} `json:"input_tokens_details"`
+			OutputTokensDetails *struct {
+				ReasoningTokens int64 `json:"reasoning_tokens"`
+			} `json:"output_tokens_details"`
 		} `json:"usage"`
 	} `json:"response"`
 }
@@ -30,14 +36,32 @@ type tracker struct {
 	input      int64
 	outputTok  int64
 	cached     int64
-	terminal   string
-	failure    *wire.Error
-	failStatus int
-	work       bool
-	events     int
-	turnState  string
+	reasoning  int64
+	total      int64 // usage.total_tokens (input + output when the upstream gave none)
+	usage      bool  // a usage object was reported
+	// model and tier are what the upstream said it served.
+	model, tier string
+	terminal    string
+	failure     *wire.Error
+	failStatus  int
+	work        bool
+	events      int
+	turnState   string
 	// limits are the usage windows a codex.rate_limits event reported.
 	limits *wire.RateLimits
+}
+
+// documentTracker reads what a JSON answer (the legacy compact route's)
+// used: it did work, and its usage when it reports one.
+func documentTracker(doc []byte) *tracker {
+	tr := &tracker{work: true}
+	var env responseEnvelope
+	// The document is the response object itself: read it as the
+	// "response" member of an event.
+	if json.Unmarshal(append(append([]byte(`{"response":`), doc...), '}'), &env) == nil {
+		tr.observeResponse(env)
+	}
+	return tr
 }
 
 // semantic reports whether an event carries work the client acts on.
@@ -57,15 +81,7 @@ func (t *tracker) observe(typ string, data []byte) {
 	case wire.EventResponseCreated, wire.EventResponseCompleted, wire.EventResponseIncomplete, wire.EventResponseFailed:
 		var env responseEnvelope
 		if json.Unmarshal(data, &env) == nil {
-			if env.Response.ID != "" {
-				t.responseID = env.Response.ID
-			}
-			if u := env.Response.Usage; u != nil {
-				t.input, t.outputTok = u.InputTokens, u.OutputTokens
-				if u.InputTokensDetails != nil {
-					t.cached = u.InputTokensDetails.CachedTokens
-				}
-			}
+			t.observeResponse(env)
 			if typ == wire.EventResponseFailed {
 				t.failure = env.Response.Error
 				if t.failure == nil {
@@ -115,6 +131,26 @@ func (t *tracker) observe(typ string, data []byte) {
 	}
 	if semantic(typ) {
 		t.work = true
+	}
+}
+
+// observeResponse takes a response object's id, model, tier and usage.
+func (t *tracker) observeResponse(env responseEnvelope) {
+	if env.Response.ID != "" {
+		t.responseID = env.Response.ID
+	}
+	t.model = cmp.Or(env.Response.Model, t.model)
+	t.tier = cmp.Or(env.Response.ServiceTier, t.tier)
+	if u := env.Response.Usage; u != nil {
+		t.usage = true
+		t.input, t.outputTok = u.InputTokens, u.OutputTokens
+		t.total = cmp.Or(u.TotalTokens, u.InputTokens+u.OutputTokens)
+		if u.InputTokensDetails != nil {
+			t.cached = u.InputTokensDetails.CachedTokens
+		}
+		if u.OutputTokensDetails != nil {
+			t.reasoning = u.OutputTokensDetails.ReasoningTokens
+		}
 	}
 }
 

@@ -2,10 +2,12 @@ package relay
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -85,20 +87,70 @@ func forwardHeaders(dst, src http.Header) {
 	}
 }
 
-// Upstream reaches accounts over HTTP and WebSocket. Static after construction.
+// Upstream reaches accounts over HTTP and WebSocket, each account through
+// its own proxy when it names one (store.Account.Proxy), else through the
+// default egress. Safe for concurrent use.
 type Upstream struct {
+	// HTTP is the client of accounts that name no proxy: direct, or through
+	// the environment's proxy (UpstreamOptions.EnvProxy). Static after
+	// construction.
 	HTTP *http.Client
 	// DialTimeout bounds connecting and the WebSocket handshake.
 	DialTimeout time.Duration
+
+	tls *tls.Config // static after construction; nil: the defaults
+
+	mu sync.Mutex
+	// proxied holds one client per proxy URL (password included: two
+	// passwords are two clients), shared by every account naming that
+	// proxy, so their connection pools are too. Guarded by mu.
+	proxied map[string]*http.Client
+	// egress is the proxy URL ("" none) each account's lanes were last
+	// dialed through, so a changed proxy retires them. Guarded by mu.
+	egress map[string]string
 }
 
-// NewUpstream returns a client with pooled connections and deadlines on
-// connecting and on waiting for response headers; streams themselves are
-// bounded by the caller's idle deadline, not a total timeout.
+// UpstreamOptions configures NewUpstreamWith.
+type UpstreamOptions struct {
+	// EnvProxy picks the proxy of accounts that name none, as
+	// http.ProxyFromEnvironment does (HTTPS_PROXY, HTTP_PROXY, NO_PROXY;
+	// loopback hosts never proxied). Nil sends them direct. An account's
+	// own proxy always wins, and applies to loopback upstreams too.
+	EnvProxy func(*http.Request) (*url.URL, error)
+	// TLS is the client TLS configuration for upstreams and https proxies
+	// (tests trust their own CA with it); nil: the system's roots.
+	TLS *tls.Config
+}
+
+// maxProxyClients bounds the cached per-proxy clients (proxies edited many
+// times leave stale entries); past it an arbitrary one is let go, its idle
+// connections closed.
+const maxProxyClients = 256
+
+// NewUpstream returns an Upstream whose unproxied accounts go through the
+// environment's proxy variables (http.ProxyFromEnvironment).
 func NewUpstream() *Upstream {
-	tr := &http.Transport{
-		Proxy:                 nil, // only the upstreams an operator configured; no ambient proxy
+	return NewUpstreamWith(UpstreamOptions{EnvProxy: http.ProxyFromEnvironment})
+}
+
+// NewUpstreamWith returns an Upstream with pooled connections and deadlines
+// on connecting and on waiting for response headers; streams themselves are
+// bounded by the caller's idle deadline, not a total timeout.
+func NewUpstreamWith(o UpstreamOptions) *Upstream {
+	u := &Upstream{DialTimeout: 15 * time.Second, tls: o.TLS, proxied: map[string]*http.Client{}, egress: map[string]string{}}
+	u.HTTP = &http.Client{Transport: u.transport(o.EnvProxy)}
+	return u
+}
+
+func (u *Upstream) transport(proxy func(*http.Request) (*url.URL, error)) *http.Transport {
+	var tc *tls.Config
+	if u.tls != nil {
+		tc = u.tls.Clone()
+	}
+	return &http.Transport{
+		Proxy:                 proxy,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:       tc,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          256,
 		MaxIdleConnsPerHost:   64,
@@ -107,7 +159,74 @@ func NewUpstream() *Upstream {
 		ResponseHeaderTimeout: 5 * time.Minute,
 		ExpectContinueTimeout: time.Second,
 	}
-	return &Upstream{HTTP: &http.Client{Transport: tr}, DialTimeout: 15 * time.Second}
+}
+
+// Client returns the client for everything sent for account a: the one of
+// its proxy, or HTTP when it names none. An account whose proxy cannot be
+// read (its sealed URL does not open) gets an error, never a direct client.
+func (u *Upstream) Client(a store.Account) (*http.Client, error) {
+	hc, err := u.Via(a.Proxy)
+	if err != nil {
+		return nil, fmt.Errorf("account %s: %w", a.ID, err)
+	}
+	return hc, nil
+}
+
+// Via returns the client that sends through proxy p (HTTP for no proxy),
+// made on first use and shared afterwards.
+func (u *Upstream) Via(p store.Proxy) (*http.Client, error) {
+	pu, err := p.URL()
+	if err != nil {
+		return nil, err
+	}
+	if pu == nil {
+		return u.HTTP, nil
+	}
+	key := pu.String()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if hc, ok := u.proxied[key]; ok {
+		return hc, nil
+	}
+	if len(u.proxied) >= maxProxyClients {
+		for k, hc := range u.proxied {
+			hc.CloseIdleConnections() // requests under way keep their connections
+			delete(u.proxied, k)
+			break
+		}
+	}
+	hc := &http.Client{Transport: u.transport(http.ProxyURL(pu))}
+	u.proxied[key] = hc
+	return hc, nil
+}
+
+// CloseIdleConnections closes the idle connections of every client, the
+// proxies' included.
+func (u *Upstream) CloseIdleConnections() {
+	u.HTTP.CloseIdleConnections()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, hc := range u.proxied {
+		hc.CloseIdleConnections()
+	}
+}
+
+// egressChanged reports whether a's proxy differs from the one it named
+// when this was last asked, and remembers the current one: lanes pooled
+// across requests must not outlive the proxy they were dialed through.
+func (u *Upstream) egressChanged(a store.Account) bool {
+	key := "!unreadable"
+	if pu, err := a.Proxy.URL(); err == nil {
+		key = ""
+		if pu != nil {
+			key = pu.String()
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	prev, seen := u.egress[a.ID]
+	u.egress[a.ID] = key
+	return seen && prev != key
 }
 
 // post sends a body to url for target with the client's forwardable headers.
@@ -120,11 +239,7 @@ func (u *Upstream) post(ctx context.Context, t target, url string, clientHeader 
 	t.authorize(req.Header)
 	req.Header.Set("Content-Type", "application/json")
 	req.ContentLength = int64(len(body))
-	resp, err := u.HTTP.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("upstream %s: %w", t.Account.ID, err)
-	}
-	return resp, nil
+	return u.do(t, req)
 }
 
 // get fetches url for target (the models route).
@@ -135,9 +250,18 @@ func (u *Upstream) get(ctx context.Context, t target, url string, clientHeader h
 	}
 	forwardHeaders(req.Header, clientHeader)
 	t.authorize(req.Header)
-	resp, err := u.HTTP.Do(req)
+	return u.do(t, req)
+}
+
+// do sends req through t's client.
+func (u *Upstream) do(t target, req *http.Request) (*http.Response, error) {
+	hc, err := u.Client(t.Account)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: %w", t.Account.ID, err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", t.Account.ID, t.Account.Proxy.Redact(err))
 	}
 	return resp, nil
 }
@@ -246,15 +370,19 @@ func (u *Upstream) dialWebSocket(ctx context.Context, t target, clientHeader htt
 	forwardHeaders(h, clientHeader)
 	t.authorize(h)
 	h.Set("OpenAI-Beta", wire.OpenAIBetaWebSockets)
+	hc, err := u.Client(t.Account)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial upstream websocket %s: %w", t.Account.ID, err)
+	}
 	dctx, cancel := context.WithTimeout(ctx, u.DialTimeout)
 	defer cancel()
 	conn, resp, err := websocket.Dial(dctx, url, &websocket.DialOptions{
-		HTTPClient:      u.HTTP,
+		HTTPClient:      hc,
 		HTTPHeader:      h,
 		CompressionMode: websocket.CompressionContextTakeover,
 	})
 	if err != nil {
-		return nil, resp, fmt.Errorf("dial upstream websocket %s: %w", t.Account.ID, err)
+		return nil, resp, fmt.Errorf("dial upstream websocket %s: %w", t.Account.ID, t.Account.Proxy.Redact(err))
 	}
 	conn.SetReadLimit(MaxMessageBytes)
 	return conn, resp, nil

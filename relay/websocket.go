@@ -275,11 +275,12 @@ func (ws *wsSession) parse(msg []byte) (*request, error) {
 	if err != nil {
 		return nil, refuse(http.StatusBadRequest, "invalid_json", "the message is not a valid response.create: "+err.Error())
 	}
-	if err := ws.client.checkModel(fields.Model); err != nil {
+	pol, err := ws.client.police(body, fields)
+	if err != nil {
 		return nil, err
 	}
 	ts := strings.TrimSpace(meta.ClientMetadata[wire.HeaderTurnState])
-	return ws.s.newRequest("ws", ws.path, "", ws.client, ws.ident, ws.header, body, fields, ts), nil
+	return ws.s.newRequest("ws", ws.path, "", ws.client, ws.ident, ws.header, body, pol, ts), nil
 }
 
 // wsClient answers one request of a WebSocket session: events as text

@@ -35,6 +35,9 @@ type AccountView struct {
 	StatusChangedAt time.Time  `json:"status_changed_at"`
 	Priority        int        `json:"priority"`
 	MaxConcurrency  int        `json:"max_concurrency"`
+	// ProxyURL is the account's outbound proxy without its password
+	// (user:***@), "" for none.
+	ProxyURL        string     `json:"proxy_url"`
 	AccessExpiresAt *time.Time `json:"access_expires_at,omitempty"`
 	Usage           UsageView  `json:"usage"`
 	CreatedAt       time.Time  `json:"created_at"`
@@ -77,14 +80,15 @@ func viewAccount(a store.Account) AccountView {
 		AccountID: a.ChatGPTAccountID, Email: a.Email, PlanType: a.PlanType, Tags: tags,
 		Status: string(a.Status), StatusReason: a.StatusReason, StatusUntil: optTime(a.StatusUntil),
 		StatusChangedAt: a.StatusChangedAt, Priority: a.Priority, MaxConcurrency: a.MaxConcurrency,
-		AccessExpiresAt: optTime(a.AccessExpiresAt),
-		Usage:           UsageView{Primary: viewWindow(a.Primary), Secondary: viewWindow(a.Secondary), UpdatedAt: optTime(a.UsageUpdatedAt)},
-		CreatedAt:       a.CreatedAt, UpdatedAt: a.UpdatedAt,
+		ProxyURL: a.Proxy.String(), AccessExpiresAt: optTime(a.AccessExpiresAt),
+		Usage:     UsageView{Primary: viewWindow(a.Primary), Secondary: viewWindow(a.Secondary), UpdatedAt: optTime(a.UsageUpdatedAt)},
+		CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
 	}
 }
 
 // AccountForm is the body of POST /accounts and PATCH /accounts/{id}. On
-// PATCH, absent fields are kept and credential fields given replace theirs.
+// PATCH, absent fields are kept and credential fields given replace theirs;
+// proxy_url "" removes the proxy.
 type AccountForm struct {
 	Label          *string   `json:"label"`
 	Kind           *string   `json:"kind"`
@@ -100,6 +104,9 @@ type AccountForm struct {
 	Tags           *[]string `json:"tags"`
 	Priority       *int      `json:"priority"`
 	MaxConcurrency *int      `json:"max_concurrency"`
+	// ProxyURL is the outbound proxy, http://, https:// or socks5://,
+	// user:password@ allowed; it is a secret like the credentials.
+	ProxyURL *string `json:"proxy_url"`
 }
 
 func str(p *string) string {
@@ -136,7 +143,20 @@ func (f AccountForm) validateCommon() error {
 	if f.MaxConcurrency != nil && (*f.MaxConcurrency < 0 || *f.MaxConcurrency > 100000) {
 		return badField("max_concurrency", "must be between 0 (no cap) and 100000")
 	}
+	if _, err := f.proxy(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// proxy parses proxy_url; absent and "" are both no proxy. The error never
+// quotes the URL: it may hold a password.
+func (f AccountForm) proxy() (store.Proxy, error) {
+	p, err := store.ParseProxy(str(f.ProxyURL))
+	if err != nil {
+		return store.Proxy{}, badField("proxy_url", "%s", strings.TrimPrefix(err.Error(), "proxy_url: "))
+	}
+	return p, nil
 }
 
 // newAccount turns a creation form into an account and its credentials.
@@ -167,6 +187,11 @@ func (f AccountForm) newAccount() (store.Account, store.Credentials, error) {
 	if f.MaxConcurrency != nil {
 		a.MaxConcurrency = *f.MaxConcurrency
 	}
+	proxy, err := f.proxy()
+	if err != nil {
+		return a, store.Credentials{}, err
+	}
+	a.Proxy = proxy
 	c := store.Credentials{APIKey: str(f.APIKey), AccessToken: str(f.AccessToken), RefreshToken: str(f.RefreshToken), IDToken: str(f.IDToken)}
 	switch kind {
 	case store.KindChatGPT:
@@ -287,6 +312,13 @@ func (s *Server) patchAccount(c echo.Context) error {
 		}
 	}
 	p := store.AccountPatch{Tags: f.Tags, Priority: f.Priority, MaxConcurrency: f.MaxConcurrency}
+	if f.ProxyURL != nil {
+		proxy, err := f.proxy()
+		if err != nil {
+			return err
+		}
+		p.Proxy = &proxy
+	}
 	trimmed := func(v *string) *string {
 		if v == nil {
 			return nil
@@ -318,7 +350,7 @@ func (f AccountForm) fieldsGiven() []string {
 		{"api_key", f.APIKey != nil}, {"access_token", f.AccessToken != nil}, {"refresh_token", f.RefreshToken != nil},
 		{"id_token", f.IDToken != nil}, {"account_id", f.AccountID != nil}, {"email", f.Email != nil},
 		{"plan_type", f.PlanType != nil}, {"tags", f.Tags != nil}, {"priority", f.Priority != nil},
-		{"max_concurrency", f.MaxConcurrency != nil}} {
+		{"max_concurrency", f.MaxConcurrency != nil}, {"proxy_url", f.ProxyURL != nil}} {
 		if p.set {
 			out = append(out, p.name)
 		}

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -8,6 +10,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/budget"
 	"github.com/codexrelay/codex-relay/relay/store"
 )
 
@@ -26,6 +30,32 @@ type KeyView struct {
 	LastUsedAt   *time.Time `json:"last_used_at"`
 	RevokedAt    *time.Time `json:"revoked_at"`
 	RequestCount int64      `json:"request_count"`
+	// Limits are the key's budgets, each with its use now.
+	Limits []LimitView `json:"limits"`
+	// The key's model policy.
+	ModelAliases       map[string]string `json:"model_aliases"`
+	MaxReasoningEffort string            `json:"max_reasoning_effort"`
+	PriorityTier       string            `json:"priority_tier"`
+}
+
+// LimitView is one limit of a key as the API shows it: max, what is used
+// in its window now (settled; for concurrent, in flight), what requests in
+// flight reserve, and when it resets (unix seconds; null: no reset ahead,
+// as for concurrent or an empty rolling window).
+type LimitView struct {
+	Metric   string  `json:"metric"`
+	Window   string  `json:"window,omitempty"`
+	Max      float64 `json:"max"`
+	Used     float64 `json:"used"`
+	Reserved float64 `json:"reserved"`
+	ResetsAt *int64  `json:"resets_at"`
+}
+
+// LimitForm is one limit as POST and PATCH take it.
+type LimitForm struct {
+	Metric string  `json:"metric"`
+	Window string  `json:"window"`
+	Max    float64 `json:"max"`
 }
 
 func nonNil(l []string) []string {
@@ -36,11 +66,49 @@ func nonNil(l []string) []string {
 }
 
 func viewKey(k store.ClientKey) KeyView {
-	return KeyView{
+	v := KeyView{
 		ID: k.ID, Name: k.Name, Prefix: k.Prefix, AccountIDs: nonNil(k.ScopeAccounts), AccountTag: k.ScopeTag,
 		Models: nonNil(k.Models), ExpiresAt: optTime(k.ExpiresAt), CreatedAt: k.CreatedAt,
 		LastUsedAt: optTime(k.LastUsedAt), RevokedAt: optTime(k.RevokedAt), RequestCount: k.RequestCount,
+		Limits: []LimitView{}, ModelAliases: k.Policy.ModelAliases, MaxReasoningEffort: k.Policy.MaxReasoningEffort,
+		PriorityTier: cmp.Or(k.Policy.PriorityTier, "allow"),
 	}
+	if v.ModelAliases == nil {
+		v.ModelAliases = map[string]string{}
+	}
+	for _, l := range k.Limits {
+		v.Limits = append(v.Limits, LimitView{Metric: string(l.Metric), Window: string(l.Window), Max: l.Max})
+	}
+	return v
+}
+
+// viewKeyUse is viewKey with each limit's use now.
+func (s *Server) viewKeyUse(ctx context.Context, k store.ClientKey) (KeyView, error) {
+	v := viewKey(k)
+	if len(k.Limits) == 0 {
+		return v, nil
+	}
+	use, err := s.keyBudget(ctx, k)
+	if err != nil {
+		return v, err
+	}
+	for i, u := range use {
+		v.Limits[i].Used, v.Limits[i].Reserved = u.Used, u.Reserved
+		if !u.ResetsAt.IsZero() {
+			at := u.ResetsAt.Unix()
+			if u.ResetsAt.Nanosecond() > 0 {
+				at++ // a reset within the second is reported at its end
+			}
+			v.Limits[i].ResetsAt = &at
+		}
+	}
+	return v, nil
+}
+
+// keyBudget reads how a key's limits stand: settled use, and the requests
+// in flight on every live replica.
+func (s *Server) keyBudget(ctx context.Context, k store.ClientKey) ([]store.LimitUse, error) {
+	return s.cfg.Store.KeyBudget(ctx, k, s.cfg.Relay.ReplicaID(), s.cfg.Relay.ReplicaLiveSince(), s.cfg.Location)
 }
 
 // KeyForm is the body of POST /keys. Scope: account_ids, or account_tag, or
@@ -53,11 +121,71 @@ type KeyForm struct {
 	Models     []string `json:"models"`
 	ExpiresAt  string   `json:"expires_at"`
 	ExpiresIn  string   `json:"expires_in"`
+	// Limits: see LimitForm; none is unlimited.
+	Limits []LimitForm `json:"limits"`
+	// ModelAliases maps a model name the key may ask for to the model
+	// the upstream gets; MaxReasoningEffort caps reasoning.effort;
+	// PriorityTier is allow (default), refuse or downgrade.
+	ModelAliases       map[string]string `json:"model_aliases"`
+	MaxReasoningEffort string            `json:"max_reasoning_effort"`
+	PriorityTier       string            `json:"priority_tier"`
+}
+
+// keyLimits validates the limits of a key form.
+func keyLimits(fs []LimitForm) ([]budget.Limit, error) {
+	var out []budget.Limit
+	for _, f := range fs {
+		out = append(out, budget.Limit{Metric: budget.Metric(strings.TrimSpace(f.Metric)), Window: budget.Window(strings.TrimSpace(f.Window)), Max: f.Max})
+	}
+	if err := budget.ValidateAll(out); err != nil {
+		return nil, badField("limits", "%s", err.Error())
+	}
+	return out, nil
+}
+
+// keyPolicy validates the model policy of a key form.
+func keyPolicy(f KeyForm) (store.KeyPolicy, error) {
+	p := store.KeyPolicy{MaxReasoningEffort: strings.TrimSpace(f.MaxReasoningEffort), PriorityTier: strings.TrimSpace(f.PriorityTier)}
+	if len(f.ModelAliases) > 100 {
+		return p, badField("model_aliases", "at most 100 aliases")
+	}
+	for alias, model := range f.ModelAliases {
+		alias, model = strings.TrimSpace(alias), strings.TrimSpace(model)
+		if alias == "" || model == "" || len(alias) > 200 || len(model) > 200 {
+			return p, badField("model_aliases", "each alias and its model must be 1 to 200 characters")
+		}
+		if alias == model {
+			return p, badField("model_aliases", "alias %q names itself", alias)
+		}
+		if p.ModelAliases == nil {
+			p.ModelAliases = map[string]string{}
+		}
+		p.ModelAliases[alias] = model
+	}
+	if p.MaxReasoningEffort != "" && !relay.ValidEffort(p.MaxReasoningEffort) {
+		return p, badField("max_reasoning_effort", "must be one of none, minimal, low, medium, high, xhigh (or empty: no cap)")
+	}
+	switch p.PriorityTier {
+	case "", "allow", "refuse", "downgrade":
+	default:
+		return p, badField("priority_tier", "must be allow, refuse or downgrade")
+	}
+	if p.PriorityTier == "allow" {
+		p.PriorityTier = ""
+	}
+	return p, nil
 }
 
 // newClientKey validates a key form into the key to create.
 func (s *Server) newClientKey(c echo.Context, f KeyForm) (store.ClientKey, error) {
 	k := store.ClientKey{Name: strings.TrimSpace(f.Name), ScopeTag: strings.TrimSpace(f.AccountTag)}
+	var err error
+	if k.Limits, err = keyLimits(f.Limits); err != nil {
+		return k, err
+	}
+	if k.Policy, err = keyPolicy(f); err != nil {
+		return k, err
+	}
 	for _, m := range f.Models {
 		if m = strings.TrimSpace(m); m != "" {
 			k.Models = append(k.Models, m)
@@ -113,7 +241,10 @@ func (s *Server) createKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v := viewKey(created)
+	v, err := s.viewKeyUse(c.Request().Context(), created)
+	if err != nil {
+		return err
+	}
 	v.Key = secret
 	c.Response().Header().Set("Cache-Control", "no-store")
 	c.Response().Header().Set("Location", "/api/v1/keys/"+created.ID)
@@ -127,7 +258,9 @@ func (s *Server) listKeys(c echo.Context) error {
 	}
 	out := make([]KeyView, len(keys))
 	for i, k := range keys {
-		out[i] = viewKey(k)
+		if out[i], err = s.viewKeyUse(c.Request().Context(), k); err != nil {
+			return err
+		}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"keys": out})
 }
@@ -137,7 +270,11 @@ func (s *Server) getKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewKey(k))
+	v, err := s.viewKeyUse(c.Request().Context(), k)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
 }
 
 // KeyPatch is the body of PATCH /keys/{id}: a field left out is kept.
@@ -151,6 +288,11 @@ type KeyPatch struct {
 	Models     *[]string `json:"models"`
 	ExpiresAt  *string   `json:"expires_at"`
 	ExpiresIn  *string   `json:"expires_in"`
+	// Limits replaces the key's limits (an empty list: unlimited).
+	Limits             *[]LimitForm       `json:"limits"`
+	ModelAliases       *map[string]string `json:"model_aliases"`
+	MaxReasoningEffort *string            `json:"max_reasoning_effort"`
+	PriorityTier       *string            `json:"priority_tier"`
 }
 
 // patchKey changes a key's name, scope, models or expiry. The change holds
@@ -165,7 +307,11 @@ func (s *Server) patchKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewKey(k))
+	v, err := s.viewKeyUse(c.Request().Context(), k)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
 }
 
 // updateKey applies a patch to a key, validated as a new key's form is.
@@ -177,7 +323,23 @@ func (s *Server) updateKey(c echo.Context, id string, f KeyPatch) (store.ClientK
 	if !cur.RevokedAt.IsZero() {
 		return store.ClientKey{}, &HTTPError{Status: http.StatusConflict, Code: "key_revoked", Msg: "a revoked key cannot be changed"}
 	}
-	form := KeyForm{Name: cur.Name, AccountIDs: cur.ScopeAccounts, AccountTag: cur.ScopeTag, Models: cur.Models}
+	form := KeyForm{Name: cur.Name, AccountIDs: cur.ScopeAccounts, AccountTag: cur.ScopeTag, Models: cur.Models,
+		ModelAliases: cur.Policy.ModelAliases, MaxReasoningEffort: cur.Policy.MaxReasoningEffort, PriorityTier: cur.Policy.PriorityTier}
+	for _, l := range cur.Limits {
+		form.Limits = append(form.Limits, LimitForm{Metric: string(l.Metric), Window: string(l.Window), Max: l.Max})
+	}
+	if f.Limits != nil {
+		form.Limits = *f.Limits
+	}
+	if f.ModelAliases != nil {
+		form.ModelAliases = *f.ModelAliases
+	}
+	if f.MaxReasoningEffort != nil {
+		form.MaxReasoningEffort = *f.MaxReasoningEffort
+	}
+	if f.PriorityTier != nil {
+		form.PriorityTier = *f.PriorityTier
+	}
 	if f.Name != nil {
 		form.Name = *f.Name
 	}

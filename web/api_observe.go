@@ -148,14 +148,26 @@ type requestView struct {
 	InputTokens  int64     `json:"input_tokens"`
 	OutputTokens int64     `json:"output_tokens"`
 	CachedTokens int64     `json:"cached_tokens"`
+	// Usage beyond the three counts: see store.RequestRecord.
+	ModelServed     string  `json:"model_served"`
+	ServiceTier     string  `json:"service_tier"`
+	ReasoningTokens int64   `json:"reasoning_tokens"`
+	TotalTokens     int64   `json:"total_tokens"`
+	CostUSD         float64 `json:"cost_usd"`
+	Charged         bool    `json:"charged"`
+	FirstOutputMS   *int64  `json:"first_output_ms"`
+	Policy          string  `json:"policy"`
 }
 
 func viewRequest(r store.RequestRecord) requestView {
-	return requestView{ID: r.ID, ClientKeyID: r.ClientKeyID, ThreadKey: r.ThreadKey, SessionID: r.SessionID,
+	v := requestView{ID: r.ID, ClientKeyID: r.ClientKeyID, ThreadKey: r.ThreadKey, SessionID: r.SessionID,
 		ThreadID: r.ThreadID, AccountID: r.AccountID, Transport: r.Transport, Path: r.Path, Model: r.Model,
 		Status: r.Status, ErrorCode: r.ErrorCode, Recovery: r.Recovery, StartedAt: r.StartedAt,
 		FirstEventMS: optMillis(r.FirstEvent), DurationMS: r.Duration.Milliseconds(), InputTokens: r.InputTokens,
 		OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens}
+	v.ModelServed, v.ServiceTier, v.ReasoningTokens, v.TotalTokens = r.ModelServed, r.ServiceTier, r.ReasoningTokens, r.TotalTokens
+	v.CostUSD, v.Charged, v.FirstOutputMS, v.Policy = float64(r.CostNanos)/1e9, r.Charged, optMillis(r.FirstOutput), r.Policy
+	return v
 }
 
 func (s *Server) listRequests(c echo.Context) error {

@@ -170,7 +170,7 @@ func (s *Server) accountRows(ctx context.Context, accounts []store.Account, now 
 			return nil, err
 		}
 		r := ui.AccountRow{ID: a.ID, Label: a.Label, Kind: string(a.Kind), Organization: cmp.Or(a.Organization, "—"),
-			Email: a.Email, Plan: a.PlanType, BaseURL: a.BaseURL, Tags: strings.Join(a.Tags, ", "),
+			Email: a.Email, Plan: a.PlanType, BaseURL: a.BaseURL, Tags: strings.Join(a.Tags, ", "), Proxy: a.Proxy.String(),
 			Status: strings.ReplaceAll(string(a.Status), "_", " "), Tone: statusTone(a.Status), Reason: a.StatusReason,
 			InFlight: s.cfg.Relay.InFlight(a.ID), Lanes: lanes[a.ID], LaneCap: laneCap, Bindings: bound, Paused: a.Status == store.StatusPaused,
 			BindingsURL:    "/admin/bindings?" + url.Values{"account": {a.ID}}.Encode(),
@@ -250,6 +250,9 @@ func (s *Server) bindingsPage(c echo.Context) error {
 			AccountURL: "/admin/bindings?" + url.Values{"account": {b.AccountID}}.Encode(),
 			SessionURL: "/admin/bindings?" + url.Values{"session": {b.SessionID}}.Encode(),
 			ThreadURL:  "/admin/bindings?" + url.Values{"thread": {b.ThreadID}}.Encode()}
+		if b.ThreadID != "" {
+			r.RequestsURL = "/admin/requests?" + url.Values{"thread": {b.ThreadID}}.Encode()
+		}
 		if !b.ExpiresAt.IsZero() {
 			r.Expires = until(now, b.ExpiresAt)
 		}
@@ -312,7 +315,7 @@ var (
 	attemptClasses = []string{"ok", "usage_limit", "rate_limit", "quota", "auth", "billing", "forbidden", "server",
 		"transport", "stream_cut", "stall", "invalid", "previous_response_not_found", "ciphertext", "failed",
 		"cancelled", "client_stalled", "connection_limit", "chain_refused", "lane_capacity", "conflict", "no_account",
-		"store_unavailable"}
+		"store_unavailable", "key_limit"}
 	recoveries = []string{"failover", "reasoning_recovery", "account_mismatch", "fallback", "owner_retired",
 		"token_refresh", "fresh_lane", "full_request"}
 )
@@ -418,6 +421,11 @@ func (s *Server) requestsPage(c echo.Context) error {
 			Keys: n.keyOptions(q.ClientKey), Transports: choices(q.Transport, "http", "ws")},
 		Pager: pagerFor("/admin/requests", q.values(), q.page, len(rows), total),
 	}
+	if q.Thread != "" {
+		if p.Thread, err = s.threadUsage(ctx, q.Thread, n); err != nil {
+			return err
+		}
+	}
 	for _, r := range rows {
 		row := ui.RequestRow{ID: r.ID, Started: clock(now, r.StartedAt), StartedFull: stamp(r.StartedAt) + " · " + r.ID,
 			Transport: r.Transport, Path: r.Path, Model: r.Model, Account: n.accountName(r.AccountID), AccountID: r.AccountID,
@@ -449,34 +457,7 @@ func (s *Server) renderKeys(c echo.Context, status int, created *ui.CreatedKey, 
 	now := s.cfg.Now()
 	p := ui.Keys{Created: created, Form: form, Accounts: n.accountOptions("")}
 	for _, k := range n.keys {
-		r := ui.KeyRow{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Scope: "all accounts", Models: "all",
-			Expires: "never", Created: stamp(k.CreatedAt), LastUsed: ago(now, k.LastUsedAt), Requests: k.RequestCount,
-			State: "active", Tone: "ok", Revoked: !k.RevokedAt.IsZero(),
-			RequestsURL: "/admin/requests?" + url.Values{"client_key": {k.ID}}.Encode(),
-			BindingsURL: "/admin/bindings?" + url.Values{"client_key": {k.ID}}.Encode()}
-		switch {
-		case len(k.ScopeAccounts) > 0:
-			labels := make([]string, len(k.ScopeAccounts))
-			for i, id := range k.ScopeAccounts {
-				labels[i] = n.accountName(id)
-			}
-			r.Scope = strings.Join(labels, ", ")
-		case k.ScopeTag != "":
-			r.Scope = "accounts tagged " + k.ScopeTag
-		}
-		if len(k.Models) > 0 {
-			r.Models = strings.Join(k.Models, ", ")
-		}
-		if !k.ExpiresAt.IsZero() {
-			r.Expires = until(now, k.ExpiresAt)
-		}
-		switch {
-		case r.Revoked:
-			r.State, r.Tone = "revoked", "bad"
-		case !k.ExpiresAt.IsZero() && !k.ExpiresAt.After(now):
-			r.State, r.Tone = "expired", "warn"
-		}
-		p.Keys = append(p.Keys, r)
+		p.Keys = append(p.Keys, keyRow(k, n, now))
 	}
 	if created != nil {
 		c.Response().Header().Set("Cache-Control", "no-store")
@@ -484,7 +465,11 @@ func (s *Server) renderKeys(c echo.Context, status int, created *ui.CreatedKey, 
 	return s.render(c, status, ui.KeysPage(s.frame(c, "keys", "Client keys"), p))
 }
 
-func (s *Server) settingsPage(c echo.Context) error {
+func (s *Server) settingsPage(c echo.Context) error { return s.renderSettings(c, http.StatusOK, nil) }
+
+// renderSettings shows the settings page; prices, when set, is a refused
+// price table form, shown again as typed.
+func (s *Server) renderSettings(c echo.Context, status int, prices *ui.PriceForm) error {
 	ctx := c.Request().Context()
 	st := s.cfg.Store
 	cur, latest, err := st.SchemaVersion(ctx)
@@ -544,12 +529,17 @@ func (s *Server) settingsPage(c echo.Context) error {
 		group.Items = []ui.Setting{{Name: "None registered yet", Note: "each replica registers within a heartbeat (5 s) of starting"}}
 	}
 	p.Groups = append(p.Groups, group)
-	return s.render(c, http.StatusOK, ui.SettingsPage(s.frame(c, "settings", "Settings"), p))
+	pv, err := s.pricesView(ctx, prices)
+	if err != nil {
+		return err
+	}
+	return s.render(c, status, ui.SettingsPage(s.frame(c, "settings", "Settings"), p, pv))
 }
 
 // auditActions are the actions the audit log records, for its filter.
 var auditActions = []string{"login", "login.failed", "logout", "binding.reset", "binding.pin", "account.create",
-	"account.import", "account.update", "account.delete", "account.pause", "account.resume", "key.create", "key.revoke"}
+	"account.import", "account.update", "account.delete", "account.pause", "account.resume", "key.create", "key.update", "key.revoke",
+	"prices.replace"}
 
 func (s *Server) auditPage(c echo.Context) error {
 	q, err := parseAuditQuery(c)

@@ -50,13 +50,14 @@ func (s *Server) back(c echo.Context, ret string, err error, ok string) error {
 // accountAddForm is the console's add-account form.
 type accountAddForm struct {
 	Kind, Label, BaseURL, Organization, APIKey, AccessToken, RefreshToken, IDToken, AccountID, Email, Tags string
+	ProxyURL                                                                                               string
 }
 
 func parseAccountAddForm(c echo.Context) accountAddForm {
 	v := func(n string) string { return strings.TrimSpace(c.FormValue(n)) }
 	return accountAddForm{Kind: v("kind"), Label: v("label"), BaseURL: v("base_url"), Organization: v("organization"),
 		APIKey: v("api_key"), AccessToken: v("access_token"), RefreshToken: v("refresh_token"), IDToken: v("id_token"),
-		AccountID: v("account_id"), Email: v("email"), Tags: v("tags")}
+		AccountID: v("account_id"), Email: v("email"), Tags: v("tags"), ProxyURL: v("proxy_url")}
 }
 
 // AccountForm maps the console form onto the API's: blank fields are absent.
@@ -69,7 +70,7 @@ func (f accountAddForm) AccountForm() AccountForm {
 	}
 	out := AccountForm{Kind: opt(f.Kind), Label: opt(f.Label), BaseURL: opt(f.BaseURL), Organization: opt(f.Organization),
 		APIKey: opt(f.APIKey), AccessToken: opt(f.AccessToken), RefreshToken: opt(f.RefreshToken), IDToken: opt(f.IDToken),
-		AccountID: opt(f.AccountID), Email: opt(f.Email)}
+		AccountID: opt(f.AccountID), Email: opt(f.Email), ProxyURL: opt(f.ProxyURL)}
 	if tags := splitComma(f.Tags); len(tags) > 0 {
 		out.Tags = &tags
 	}
@@ -228,10 +229,11 @@ func (s *Server) consolePin(c echo.Context) error {
 	return s.back(c, f.Return, err, "Pinned "+f.Kind+" "+f.Value+".")
 }
 
-// keyCreateForm is the console's create-key form.
+// keyCreateForm is the console's create-key form; Limits is one limit a
+// line (ParseLimitLines).
 type keyCreateForm struct {
-	Name, AccountTag, Models, ExpiresIn string
-	AccountIDs                          []string
+	Name, AccountTag, Models, ExpiresIn, Limits string
+	AccountIDs                                  []string
 }
 
 func parseKeyCreateForm(c echo.Context) (keyCreateForm, error) {
@@ -241,7 +243,7 @@ func parseKeyCreateForm(c echo.Context) (keyCreateForm, error) {
 	}
 	return keyCreateForm{Name: strings.TrimSpace(form.Get("name")), AccountTag: strings.TrimSpace(form.Get("account_tag")),
 		Models: strings.TrimSpace(form.Get("models")), ExpiresIn: strings.TrimSpace(form.Get("expires_in")),
-		AccountIDs: form["account_ids"]}, nil
+		Limits: form.Get("limits"), AccountIDs: form["account_ids"]}, nil
 }
 
 func (s *Server) consoleCreateKey(c echo.Context) error {
@@ -249,15 +251,23 @@ func (s *Server) consoleCreateKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	k, secret, err := s.issueKey(c, KeyForm{Name: f.Name, AccountIDs: f.AccountIDs, AccountTag: f.AccountTag,
-		Models: splitComma(f.Models), ExpiresIn: f.ExpiresIn})
+	limits, err := ParseLimitLines(f.Limits)
+	var (
+		k      store.ClientKey
+		secret string
+	)
+	if err == nil {
+		k, secret, err = s.issueKey(c, KeyForm{Name: f.Name, AccountIDs: f.AccountIDs, AccountTag: f.AccountTag,
+			Models: splitComma(f.Models), ExpiresIn: f.ExpiresIn, Limits: limits})
+	}
 	if err != nil {
 		msg, fix := fixable(err)
 		if !fix {
 			return err
 		}
 		c.Set(flashNowKey, &ui.Flash{Kind: "error", Text: msg})
-		return s.renderKeys(c, http.StatusBadRequest, nil, ui.KeyForm{Name: f.Name, Tag: f.AccountTag, Models: f.Models, ExpiresIn: f.ExpiresIn})
+		return s.renderKeys(c, http.StatusBadRequest, nil, ui.KeyForm{Name: f.Name, Tag: f.AccountTag, Models: f.Models,
+			ExpiresIn: f.ExpiresIn, Limits: f.Limits})
 	}
 	return s.renderKeys(c, http.StatusOK, &ui.CreatedKey{Name: k.Name, Secret: secret}, ui.KeyForm{})
 }

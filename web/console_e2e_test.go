@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/budget"
 	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
@@ -56,7 +58,9 @@ func browserTools(t *testing.T, root string) (chromium, node string) {
 // turn binds its thread; the operator logs in, finds the binding on the
 // Bindings page, resets it there and sees it gone and audited; a form
 // without its CSRF token is refused; the next Codex turn binds the thread
-// again. Every page is captured at 1280 and 390 px in test-output/console.
+// again. On the Usage page every chart draws its series at both widths and
+// the CSV link downloads the report; a key's limits are edited on its page.
+// Every page is captured at 1280 and 390 px in test-output/console.
 func TestConsoleInABrowser(t *testing.T) {
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
@@ -92,7 +96,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		srv.CloseClientConnections()
 		srv.Close()
 	})
-	_, key, err := st.CreateClientKey(ctx, store.ClientKey{Name: "e2e laptop"})
+	laptop, key, err := st.CreateClientKey(ctx, store.ClientKey{Name: "e2e laptop"})
 	require.NoError(t, err)
 	codex := codexcli.New(t, codexcli.Provider{BaseURL: srv.URL + "/backend-api/codex", Key: key})
 
@@ -116,6 +120,26 @@ func TestConsoleInABrowser(t *testing.T) {
 			store.Window{UsedPercent: float64(60 + 15*i), WindowMinutes: 10080, ResetAt: time.Now().Add(time.Duration(i+2) * 24 * time.Hour), Known: true}))
 	}
 
+	// A request log over the last six days, across two keys, two models and
+	// the three accounts, for the Usage page's charts; the second key has
+	// limits, for its gauges and the key page's form.
+	budgeted, _, err := st.CreateClientKey(ctx, store.ClientKey{Name: "e2e budgeted", Limits: []budget.Limit{
+		{Metric: budget.Tokens, Window: budget.FiveHours, Max: 50000}, {Metric: budget.CostUSD, Window: budget.Day, Max: 2},
+		{Metric: budget.Concurrent, Max: 3}}})
+	require.NoError(t, err)
+	for d := range 6 {
+		for i, k := range []store.ClientKey{laptop, budgeted} {
+			in := int64(1000 * (d + 1) * (i + 1))
+			require.NoError(t, st.RecordRequest(ctx, store.RequestRecord{ID: fmt.Sprintf("req_seed_%d_%d", d, i), ClientKeyID: k.ID,
+				AccountID: accounts[(d+i)%len(accounts)].ID, ThreadID: fmt.Sprintf("seed-thread-%d", i), Transport: "http",
+				Path: "/backend-api/codex/responses", Model: []string{"gpt-5.1-codex", "gpt-5.1-codex-mini"}[i],
+				ModelServed: []string{"gpt-5.1-codex", "gpt-5.1-codex-mini"}[i], Status: 200,
+				StartedAt: time.Now().Add(-time.Duration(d)*24*time.Hour - time.Duration(i+1)*time.Hour), Duration: 2 * time.Second,
+				InputTokens: in, CachedTokens: in * int64(d) / 8, OutputTokens: 300, ReasoningTokens: 100, TotalTokens: in + 300,
+				CostNanos: in * 1250, Charged: true, FirstOutput: time.Duration(300+100*d+200*i) * time.Millisecond}, nil))
+		}
+	}
+
 	out := filepath.Join(root, "test-output", "console")
 	require.NoError(t, os.MkdirAll(out, 0o755))
 	started := time.Now().Add(-time.Second) // file times may be coarser than the clock
@@ -124,7 +148,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	cmd := exec.CommandContext(sctx, node, filepath.Join(root, "web", "e2e", "console.mjs"))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "RELAY_URL="+srv.URL, "ADMIN_TOKEN="+e2eAdminToken, "THREAD_ID="+first.ThreadID,
-		"CHROMIUM="+chromium, "OUT_DIR="+out)
+		"CHROMIUM="+chromium, "OUT_DIR="+out, "BUDGETED_KEY="+budgeted.ID)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
@@ -164,8 +188,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Len(t, rebound, 1, "the next turn bound the thread again")
 	assert.NotEqual(t, before[0].ID, rebound[0].ID, "a new binding, not the old one")
 
+	saved, err := st.ClientKey(ctx, budgeted.ID)
+	require.NoError(t, err)
+	assert.Equal(t, []budget.Limit{{Metric: budget.Tokens, Window: budget.FiveHours, Max: 60000}, {Metric: budget.Concurrent, Max: 4}},
+		saved.Limits, "the limits saved in the browser are stored")
+	assert.Equal(t, "high", saved.Policy.MaxReasoningEffort)
+
 	for _, name := range []string{"login", "bindings", "bindings-after-reset", "bindings-all", "csrf-refused", "audit", "overview", "accounts",
-		"lanes", "diagnostics", "requests", "keys", "settings"} {
+		"lanes", "diagnostics", "requests", "keys", "settings", "usage", "usage-day", "requests-thread", "key", "key-refused", "key-saved"} {
 		for _, w := range []string{"1280", "390"} {
 			fi, err := os.Stat(filepath.Join(out, name+"-"+w+".png"))
 			if assert.NoError(t, err, "screenshot %s-%s", name, w) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/oauth"
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/web"
@@ -81,19 +83,22 @@ type placement struct {
 	tags           string
 	priority       int
 	maxConcurrency int
+	proxyURL       string
 	update         bool
 }
 
-func (p *placement) register(fs interface {
-	StringVar(*string, string, string, string)
-	IntVar(*int, string, int, string)
-	BoolVar(*bool, string, bool, string)
-}, withUpdate bool) {
+func (p *placement) register(fs *flag.FlagSet, c cli, withUpdate bool) {
 	fs.StringVar(&p.baseURL, "base-url", "", "upstream base URL of the accounts (default: the kind's public URL)")
 	fs.StringVar(&p.organization, "org", "", "organisation that issues the accounts' ciphertext (default: from the id token)")
 	fs.StringVar(&p.tags, "tags", "", "comma-separated tags (client keys can be scoped to a tag)")
 	fs.IntVar(&p.priority, "priority", 0, "priority, -1000..1000: higher is preferred")
 	fs.IntVar(&p.maxConcurrency, "max-concurrency", 0, "requests in flight at most per account (0: no cap)")
+	fs.StringVar(&p.proxyURL, "proxy-url", envOr(c, "CODEX_RELAY_ACCOUNT_PROXY_URL", ""), "outbound proxy of the accounts, http://, https:// or socks5://[user:password@]host:port: everything the relay sends for them goes through it (login: the sign-in too). The environment's CODEX_RELAY_ACCOUNT_PROXY_URL keeps a password off the command line")
+	// The default shown by -help and flag errors comes from the
+	// environment: never with its password.
+	if fl := fs.Lookup("proxy-url"); fl.DefValue != "" {
+		fl.DefValue = "$CODEX_RELAY_ACCOUNT_PROXY_URL"
+	}
 	if withUpdate {
 		fs.BoolVar(&p.update, "update", false, "replace the tokens of accounts that already exist (and resume those needing a new login) instead of skipping them")
 	}
@@ -113,6 +118,7 @@ func (p placement) apply(in *accountInput) {
 	if p.maxConcurrency != 0 {
 		in.MaxConcurrency = ptr(p.maxConcurrency)
 	}
+	in.ProxyURL = optional(p.proxyURL)
 }
 
 // addImported adds the accounts an import or a login produced. An account
@@ -145,7 +151,7 @@ func addImported(ctx context.Context, api *apiClient, w io.Writer, imported []oa
 				fmt.Fprintf(w, "skipped %s: already account %s (%s)\n", name, cur.ID, cur.Label)
 				continue
 			}
-			if err := updateImported(ctx, api, cur, im); err != nil {
+			if err := updateImported(ctx, api, cur, im, p); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 				continue
 			}
@@ -177,9 +183,10 @@ func addImported(ctx context.Context, api *apiClient, w io.Writer, imported []oa
 }
 
 // updateImported replaces an existing account's tokens (and identity) with
-// a newer login's, and resumes it when it was waiting for one.
-func updateImported(ctx context.Context, api *apiClient, cur apiAccount, im oauth.ImportedAccount) error {
-	var in accountInput
+// a newer login's, and its proxy when one is given, and resumes it when it
+// was waiting for a new login.
+func updateImported(ctx context.Context, api *apiClient, cur apiAccount, im oauth.ImportedAccount, p placement) error {
+	in := accountInput{ProxyURL: optional(p.proxyURL)}
 	if im.Kind == store.KindChatGPT {
 		c := im.Credentials
 		in.AccessToken, in.RefreshToken, in.IDToken = ptr(c.AccessToken), ptr(c.RefreshToken), ptr(c.IDToken)
@@ -217,7 +224,7 @@ func runAccountsAdd(ctx context.Context, c cli, name string, args []string) erro
 	var asJSON bool
 	fs := newVerbFlagSet(c, name, "", accountsAddPurpose, accountsAddEnv)
 	af.register(fs, c)
-	p.register(fs, false)
+	p.register(fs, c, false)
 	fs.StringVar(&kind, "kind", "openai", "account kind: openai, compatible or chatgpt")
 	fs.StringVar(&label, "label", "", "a human name for the account")
 	fs.StringVar(&accountID, "account-id", "", "chatgpt: the ChatGPT-Account-Id (default: from the tokens)")
@@ -300,7 +307,7 @@ func runAccountsImport(ctx context.Context, c cli, name string, args []string) e
 	var p placement
 	fs := newVerbFlagSet(c, name, "FILE...", accountsImportPurpose, "")
 	af.register(fs, c)
-	p.register(fs, true)
+	p.register(fs, c, true)
 	files, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -355,7 +362,7 @@ func runAccountsLogin(ctx context.Context, c cli, name string, args []string) er
 	var timeout time.Duration
 	fs := newVerbFlagSet(c, name, "", accountsLoginPurpose, "")
 	af.register(fs, c)
-	p.register(fs, true)
+	p.register(fs, c, true)
 	fs.StringVar(&authURL, "auth-url", envOr(c, "CODEX_RELAY_AUTH_URL", oauth.DefaultIssuer),
 		"the auth server's base URL (env CODEX_RELAY_AUTH_URL)")
 	fs.DurationVar(&timeout, "timeout", 15*time.Minute, "how long to wait for the approval")
@@ -363,17 +370,30 @@ func runAccountsLogin(ctx context.Context, c cli, name string, args []string) er
 	if err != nil {
 		return err
 	}
+	// The sign-in goes out the way the account's traffic will.
+	proxy, err := store.ParseProxy(p.proxyURL)
+	if err != nil {
+		return fmt.Errorf("%s: -proxy-url: %s", name, strings.TrimPrefix(err.Error(), "proxy_url: "))
+	}
+	hc := &http.Client{Timeout: time.Minute}
+	if !proxy.IsZero() {
+		via, err := relay.NewUpstream().Via(proxy)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		hc = &http.Client{Transport: via.Transport, Timeout: time.Minute}
+	}
 	// Check the relay answers before the user goes through the login.
 	if _, _, err := listAccounts(ctx, api); err != nil {
 		return err
 	}
-	login := oauth.DeviceLogin{HTTPClient: &http.Client{Timeout: time.Minute}, Issuer: authURL, MaxWait: timeout}
+	login := oauth.DeviceLogin{HTTPClient: hc, Issuer: authURL, MaxWait: timeout}
 	im, err := login.Run(ctx, func(dc oauth.DeviceCode) {
 		fmt.Fprintf(c.stdout, "\nSign in with ChatGPT:\n\n  1. Open %s\n  2. Enter the code %s\n\n", dc.VerificationURL, dc.UserCode)
 		fmt.Fprintf(c.stdout, "Waiting for the approval (up to %s; Ctrl-C to give up)...\n", timeout)
 	})
 	if err != nil {
-		return err
+		return proxy.Redact(err)
 	}
 	fmt.Fprintf(c.stdout, "Signed in as %s\n", im.Label())
 	return addImported(ctx, api, c.stdout, []oauth.ImportedAccount{im}, p)
@@ -401,11 +421,11 @@ func runAccountsList(ctx context.Context, c cli, name string, args []string) err
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKIND\tLABEL\tWORKSPACE\tPLAN\tSTATUS\tUNTIL\t5H\tWEEK\tPRIO\tREASON")
+	fmt.Fprintln(tw, "ID\tKIND\tLABEL\tWORKSPACE\tPLAN\tSTATUS\tUNTIL\t5H\tWEEK\tPRIO\tPROXY\tREASON")
 	for _, a := range accts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", a.ID, a.Kind, clipText(a.Label, 40), dash(a.AccountID),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Kind, clipText(a.Label, 40), dash(a.AccountID),
 			dash(a.PlanType), a.Status, when(a.StatusUntil), percent(a.Usage.Primary), percent(a.Usage.Secondary), a.Priority,
-			dash(clipText(a.StatusReason, 60)))
+			dash(a.ProxyURL), dash(clipText(a.StatusReason, 60)))
 	}
 	return tw.Flush()
 }

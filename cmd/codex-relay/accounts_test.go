@@ -199,7 +199,7 @@ func TestAccountsLifecycle(t *testing.T) {
 		require.NoError(t, err)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 3)
-		assert.Regexp(t, `^ID\s+KIND\s+LABEL\s+WORKSPACE\s+PLAN\s+STATUS\s+UNTIL\s+5H\s+WEEK\s+PRIO\s+REASON$`, lines[0])
+		assert.Regexp(t, `^ID\s+KIND\s+LABEL\s+WORKSPACE\s+PLAN\s+STATUS\s+UNTIL\s+5H\s+WEEK\s+PRIO\s+PROXY\s+REASON$`, lines[0])
 		col := strings.Index(lines[0], "STATUS")
 		for _, l := range lines[1:] {
 			assert.Equal(t, "active", strings.Fields(l[col:])[0], "columns are aligned: %q", l)

@@ -96,17 +96,7 @@ func (a *apiClient) do(ctx context.Context, method, path string, in, out any) er
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-				Field   string `json:"field"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
-			return &apiError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Field: e.Error.Field}
-		}
-		return &apiError{Status: resp.StatusCode}
+		return answerError(resp.StatusCode, raw)
 	}
 	if out == nil || len(bytes.TrimSpace(raw)) == 0 {
 		return nil
@@ -115,6 +105,22 @@ func (a *apiClient) do(ctx context.Context, method, path string, in, out any) er
 		return fmt.Errorf("%s %s: unexpected answer: %w", method, path, err)
 	}
 	return nil
+}
+
+// answerError is the error an answer of status (not 2xx) with body raw
+// says: the API's message when it gave one.
+func answerError(status int, raw []byte) error {
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+			Field   string `json:"field"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
+		return &apiError{Status: status, Code: e.Error.Code, Message: e.Error.Message, Field: e.Error.Field}
+	}
+	return &apiError{Status: status}
 }
 
 // apiFlags are the flags every admin command shares.

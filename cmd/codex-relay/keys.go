@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,15 +18,107 @@ const keysPurpose = `Manage client keys: the keys Codex sends to the relay (Auth
 crk_...). Each key may be limited to some accounts (a list, or a tag), to some
 models, and to a lifetime. A revoked or expired key is refused at once.`
 
-var keyVerbs = []string{"create", "list", "revoke"}
+var keyVerbs = []string{"create", "list", "limits", "revoke"}
 
 func runKeys(ctx context.Context, c cli, args []string) error {
 	return runSubcommand(ctx, c, "keys", keysPurpose, map[string]subcommand{
 		"create": {"", "create a key; it is shown once", runKeysCreate},
 		"list":   {"", "list keys with scope, expiry and use", runKeysList},
+		"limits": {"ID", "show a key's limits with their use, or set them", runKeysLimits},
 		"revoke": {"ID", "revoke a key at once", runKeysRevoke},
 	}, keyVerbs, args)
 }
+
+// limitsSpec is how the command line writes a key's limits: comma-separated
+// METRIC/WINDOW=MAX, or concurrent=MAX.
+const limitsSpec = `comma-separated limits METRIC/WINDOW=MAX (metric requests, tokens or cost_usd; window minute, 5h, day, week or month) or concurrent=MAX, e.g. "tokens/5h=2000000,cost_usd/month=50,concurrent=2"`
+
+// parseLimits reads a limits spec (see limitsSpec) as the console reads
+// its limits box, one limit per comma; the API validates what it says.
+func parseLimits(spec string) ([]web.LimitForm, error) {
+	return web.ParseLimitLines(strings.ReplaceAll(spec, ",", "\n"))
+}
+
+const keysLimitsPurpose = `Show a client key's limits: each with its use in its window now, what requests
+in flight reserve, and when it resets. With -set, replace them; with -clear,
+remove them (the key is then unlimited). A key at a limit is refused with 429
+usage_limit_reached and the reset time, which Codex shows as "try again at".`
+
+func runKeysLimits(ctx context.Context, c cli, name string, args []string) error {
+	var af apiFlags
+	var set string
+	var clear, asJSON bool
+	fs := newVerbFlagSet(c, name, "ID", keysLimitsPurpose, "")
+	af.register(fs, c)
+	fs.StringVar(&set, "set", "", "replace the key's limits: "+limitsSpec)
+	fs.BoolVar(&clear, "clear", false, "remove every limit of the key")
+	fs.BoolVar(&asJSON, "json", false, "print the API's JSON instead of a table")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return fmt.Errorf("%s: give exactly one key ID", name)
+	}
+	if set != "" && clear {
+		return fmt.Errorf("%s: give -set or -clear, not both", name)
+	}
+	api, err := newAPIClient(c, af.url)
+	if err != nil {
+		return err
+	}
+	path := "/keys/" + url.PathEscape(pos[0])
+	var raw json.RawMessage
+	switch {
+	case set != "" || clear:
+		limits := []web.LimitForm{}
+		if set != "" {
+			if limits, err = parseLimits(set); err != nil {
+				return fmt.Errorf("%s: -set: %w", name, err)
+			}
+		}
+		err = api.do(ctx, http.MethodPatch, path, web.KeyPatch{Limits: &limits}, &raw)
+	default:
+		err = api.do(ctx, http.MethodGet, path, nil, &raw)
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(c.stdout, raw)
+	}
+	var k apiKey
+	if err := json.Unmarshal(raw, &k); err != nil {
+		return fmt.Errorf("%s: unexpected answer: %w", name, err)
+	}
+	if len(k.Limits) == 0 {
+		fmt.Fprintf(c.stdout, "Key %s (%s) has no limits. Set some with 'codex-relay keys limits %s -set \"tokens/5h=2000000\"'.\n", k.ID, k.Name, k.ID)
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LIMIT\tUSED\tMAX\tIN FLIGHT\tUSE\tRESETS")
+	for _, l := range k.Limits {
+		limit := l.Metric
+		if l.Window != "" {
+			limit += "/" + l.Window
+		}
+		use := "-"
+		if l.Max > 0 {
+			use = strconv.FormatFloat(100*(l.Used+l.Reserved)/l.Max, 'f', 1, 64) + "%"
+		}
+		resets := "-"
+		if l.ResetsAt != nil {
+			resets = time.Unix(*l.ResetsAt, 0).Local().Format("2006-01-02 15:04:05")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", limit, formatFigure(l.Used), formatFigure(l.Max), formatFigure(l.Reserved), use, resets)
+	}
+	return tw.Flush()
+}
+
+// formatFigure prints a limit's figure: whole numbers as such, dollars to
+// the cent or finer.
+func formatFigure(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 // The admin API's own types for client keys.
 type (
@@ -49,6 +142,8 @@ func runKeysCreate(ctx context.Context, c cli, name string, args []string) error
 	fs.StringVar(&in.AccountTag, "tag", "", "the key may use the accounts with this tag")
 	fs.StringVar(&models, "models", "", "comma-separated models the key may ask for (default: any)")
 	fs.DurationVar(&expiresIn, "expires-in", 0, "lifetime, e.g. 720h (default: no expiry)")
+	var limits string
+	fs.StringVar(&limits, "limits", "", "the key's limits (default: none): "+limitsSpec)
 	fs.BoolVar(&asJSON, "json", false, "print the API's JSON (with the key) instead of text")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -68,6 +163,11 @@ func runKeysCreate(ctx context.Context, c cli, name string, args []string) error
 		in.ExpiresIn = expiresIn.String()
 	}
 	in.AccountIDs, in.Models = splitCSV(accounts), splitCSV(models)
+	if limits != "" {
+		if in.Limits, err = parseLimits(limits); err != nil {
+			return fmt.Errorf("%s: -limits: %w", name, err)
+		}
+	}
 	api, err := newAPIClient(c, af.url)
 	if err != nil {
 		return err

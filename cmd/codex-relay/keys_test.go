@@ -89,3 +89,52 @@ func TestKeysCommands(t *testing.T) {
 		assert.EqualError(t, err, "no such object")
 	})
 }
+
+// keys create -limits sets a key's limits; keys limits shows each with its
+// use and reset, replaces them with -set and removes them with -clear.
+func TestKeysLimitsCommand(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		url := adminAPI(t, s)
+		env := adminEnv("CODEX_RELAY_URL", url)
+		out, _, err := runCLI(t, env, "keys", "create", "-name", "team", "-limits", "tokens/5h=2000000, cost_usd/month=50,concurrent=2", "-json")
+		require.NoError(t, err)
+		var created map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &created))
+		id := created["id"].(string)
+		k, err := s.ClientKey(ctx, id)
+		require.NoError(t, err)
+		require.Len(t, k.Limits, 3)
+		assert.Equal(t, "tokens/5h", k.Limits[0].Name())
+		assert.Equal(t, 50.0, k.Limits[1].Max)
+		require.NoError(t, s.RecordRequest(ctx, store.RequestRecord{ID: "req_1", ClientKeyID: id, Transport: "http", Path: "/v1/responses",
+			Status: 200, StartedAt: time.Now(), TotalTokens: 500000, CostNanos: 12_340_000_000, Charged: true}, nil))
+
+		out, _, err = runCLI(t, env, "keys", "limits", id)
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 4, out)
+		assert.Regexp(t, `^LIMIT\s+USED\s+MAX\s+IN FLIGHT\s+USE\s+RESETS$`, lines[0])
+		assert.Regexp(t, `^tokens/5h\s+500000\s+2000000\s+0\s+25\.0%\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$`, lines[1])
+		assert.Regexp(t, `^cost_usd/month\s+12\.34\s+50\s+0\s+24\.7%\s+\d{4}-`, lines[2])
+		assert.Regexp(t, `^concurrent\s+0\s+2\s+0\s+0\.0%\s+-$`, lines[3])
+
+		out, _, err = runCLI(t, env, "keys", "limits", id, "-set", "requests/minute=60")
+		require.NoError(t, err)
+		assert.Contains(t, out, "requests/minute")
+		assert.NotContains(t, out, "tokens/5h", "replaced")
+		out, _, err = runCLI(t, env, "keys", "limits", id, "-clear")
+		require.NoError(t, err)
+		assert.Contains(t, out, "has no limits")
+		k, err = s.ClientKey(ctx, id)
+		require.NoError(t, err)
+		assert.Empty(t, k.Limits)
+
+		_, _, err = runCLI(t, env, "keys", "limits", id, "-set", "tokens/year=5")
+		assert.ErrorContains(t, err, "limits: limit 1: window must be one of minute, 5h, day, week, month")
+		_, _, err = runCLI(t, env, "keys", "limits", id, "-set", "tokens")
+		assert.ErrorContains(t, err, "limits: line 1: write metric/window=max")
+		_, _, err = runCLI(t, env, "keys", "limits", id, "-set", "x=1", "-clear")
+		assert.ErrorContains(t, err, "not both")
+	})
+}

@@ -58,6 +58,7 @@ func commands() map[string]command {
 		"accounts": {"manage upstream accounts through the admin API (add, import, login, list, pause, resume, remove)", runAccounts},
 		"keys":     {"manage client keys through the admin API (create, list, revoke)", runKeys},
 		"bindings": {"list or reset bindings through the admin API (which account serves which thread)", runBindings},
+		"usage":    {"report requests, tokens, cost and errors by key, account, model, thread, day or hour (admin API)", runUsage},
 		"bench":    {"measure what the relay adds over the simulated upstream (latency, throughput, allocations)", runBench},
 	}
 }

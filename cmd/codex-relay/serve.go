@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/http/httpproxy"
 
 	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/oauth"
@@ -33,6 +35,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	retentionText := fs.String("retention", envOr(c, "CODEX_RELAY_RETENTION", "720h"), "how long the request log and attempt records are kept (env CODEX_RELAY_RETENTION), a duration such as 720h or 2160h; 0 keeps them all")
 	advertise := fs.String("advertise-url", envOr(c, "CODEX_RELAY_ADVERTISE_URL", ""), "base URL the other replicas reach this one at, to forward a thread's requests to the replica holding its lane (env CODEX_RELAY_ADVERTISE_URL); default http://<listen address>, or none when listening on all interfaces without it")
 	tz := fs.String("timezone", envOr(c, "CODEX_RELAY_TIMEZONE", "UTC"), "IANA time zone of the calendar budget windows (day, week, month) and of the usage reports' days and hours (env CODEX_RELAY_TIMEZONE), such as Europe/Berlin")
+	envProxyMode := fs.String("env-proxy", envOr(c, "CODEX_RELAY_ENV_PROXY", "use"), "whether accounts without a proxy_url of their own go through the proxy of HTTPS_PROXY, HTTP_PROXY and NO_PROXY (env CODEX_RELAY_ENV_PROXY): use or ignore")
 	fs.Usage = withEnvNotes(fs.Usage, c)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -51,6 +54,10 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	if retention == 0 {
 		retention = -1 // keep everything
 	}
+	envProxy, err := environmentProxy(c, *envProxyMode)
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(c.stderr, db.logFormat, db.logLevel)
 	if err != nil {
 		return err
@@ -62,17 +69,53 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	defer st.Close()
 
 	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel,
-		secret: secret, advertise: *advertise, retention: retention, location: loc}, nil)
+		secret: secret, advertise: *advertise, retention: retention, location: loc, envProxy: envProxy}, nil)
+}
+
+// environmentProxy is the proxy of accounts that name none: with mode
+// "use", the one the environment's HTTPS_PROXY, HTTP_PROXY and NO_PROXY
+// (or their lower-case forms) say, as http.ProxyFromEnvironment reads them
+// (loopback hosts never proxied); with "ignore", none.
+func environmentProxy(c cli, mode string) (func(*http.Request) (*url.URL, error), error) {
+	switch mode {
+	case "ignore":
+		return nil, nil
+	case "use":
+	default:
+		return nil, fmt.Errorf("serve: -env-proxy (CODEX_RELAY_ENV_PROXY) %q: want use or ignore", mode)
+	}
+	env := func(names ...string) string {
+		for _, n := range names {
+			if v := c.getenv(n); v != "" {
+				return v
+			}
+		}
+		return ""
+	}
+	cfg := httpproxy.Config{
+		HTTPProxy:  env("HTTP_PROXY", "http_proxy"),
+		HTTPSProxy: env("HTTPS_PROXY", "https_proxy"),
+		NoProxy:    env("NO_PROXY", "no_proxy"),
+		CGI:        c.getenv("REQUEST_METHOD") != "",
+	}
+	if cfg.HTTPProxy == "" && cfg.HTTPSProxy == "" {
+		return nil, nil
+	}
+	pick := cfg.ProxyFunc()
+	return func(r *http.Request) (*url.URL, error) { return pick(r.URL) }, nil
 }
 
 // relayOptions are the relay settings serve and demo pass down.
 type relayOptions struct {
-	tokenURL      string        // where ChatGPT refresh tokens are redeemed
-	fallbackModel string        // the model a request asks for in the fallback group
-	secret        []byte        // the secret key: console sessions and replica hops are signed with keys derived from it
-	advertise     string        // base URL other replicas forward to; "" derives it from the listener
-	retention     time.Duration // request records older than this are deleted; 0 the default (30 days), negative keeps them all
+	tokenURL      string         // where ChatGPT refresh tokens are redeemed
+	fallbackModel string         // the model a request asks for in the fallback group
+	secret        []byte         // the secret key: console sessions and replica hops are signed with keys derived from it
+	advertise     string         // base URL other replicas forward to; "" derives it from the listener
+	retention     time.Duration  // request records older than this are deleted; 0 the default (30 days), negative keeps them all
 	location      *time.Location // calendar budget windows and report days; nil is UTC
+	// envProxy picks the proxy of accounts without one of their own; nil
+	// sends them direct (see environmentProxy).
+	envProxy func(*http.Request) (*url.URL, error)
 }
 
 // serveRelay assembles the relay and its web front on st and serves on addr
@@ -80,10 +123,13 @@ type relayOptions struct {
 func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte, addr string, grace time.Duration, log *slog.Logger, opts relayOptions, onListen func(addr string)) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	up := relay.NewUpstream() // one client, no ambient proxy: only configured upstreams are called
-	tokens := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: up.HTTP, TokenURL: opts.tokenURL, Logger: log.With("component", "tokens")})
+	// Everything sent for an account, token refreshes and usage polls
+	// included, goes through its proxy, or the environment's when it names
+	// none (unless the operator ignores that).
+	up := relay.NewUpstreamWith(relay.UpstreamOptions{EnvProxy: opts.envProxy})
+	tokens := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: up.HTTP, ClientFor: up.Client, TokenURL: opts.tokenURL, Logger: log.With("component", "tokens")})
 	defer tokens.Close()
-	poller := oauth.NewUsagePoller(oauth.UsagePollerConfig{Store: st, Tokens: tokens, HTTPClient: up.HTTP, Logger: log.With("component", "usage")})
+	poller := oauth.NewUsagePoller(oauth.UsagePollerConfig{Store: st, Tokens: tokens, HTTPClient: up.HTTP, ClientFor: up.Client, Logger: log.With("component", "usage")})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

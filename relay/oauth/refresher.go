@@ -34,6 +34,10 @@ type RefresherConfig struct {
 	// HTTPClient sends token requests; default a client on
 	// http.DefaultTransport. Each request is bounded by RefreshTimeout.
 	HTTPClient *http.Client
+	// ClientFor, when set, picks the client of an account's token requests
+	// instead of HTTPClient: the one of its proxy (relay.Upstream.Client).
+	// An error fails the refresh and leaves the account as it is.
+	ClientFor func(store.Account) (*http.Client, error)
 	// TokenURL is the OAuth token endpoint; default DefaultTokenURL. Tests
 	// point it at the sim's TokenURL().
 	TokenURL string
@@ -355,10 +359,16 @@ func (r *Refresher) refreshClaimed(ctx context.Context, log *slog.Logger, a stor
 		return cred, exp, false, nil // still valid for a little while
 	}
 
+	hc, err := r.client(a)
+	if err != nil {
+		log.Warn("token refresh: no client for the account; account left as it is", "err", err)
+		return store.Credentials{}, time.Time{}, false, &TokenError{Err: err}
+	}
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.RefreshTimeout)
-	g, err := refreshGrant(rctx, r.cfg.HTTPClient, r.cfg.TokenURL, r.cfg.ClientID, cred.RefreshToken)
+	g, err := refreshGrant(rctx, hc, r.cfg.TokenURL, r.cfg.ClientID, cred.RefreshToken)
 	cancel()
+	err = a.Proxy.Redact(err)
 	if err != nil {
 		var rej *RejectedError
 		if errors.As(err, &rej) {
@@ -404,6 +414,14 @@ func (r *Refresher) refreshClaimed(ctx context.Context, log *slog.Logger, a stor
 	r.updateIdentity(ctx, log, a, next.IDToken)
 	log.Info("token refreshed", "why", why, "access_expires_at", nextExp, "rotated", g.RefreshToken != "", "took", time.Since(start))
 	return next, nextExp, true, nil
+}
+
+// client is the client of a's token requests (see ClientFor).
+func (r *Refresher) client(a store.Account) (*http.Client, error) {
+	if r.cfg.ClientFor != nil {
+		return r.cfg.ClientFor(a)
+	}
+	return r.cfg.HTTPClient, nil
 }
 
 // commit stores the rotated credentials, retrying a few times: they are the

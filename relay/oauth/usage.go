@@ -44,6 +44,10 @@ type UsagePollerConfig struct {
 	// HTTPClient sends usage requests; default a client on
 	// http.DefaultTransport. Each request is bounded by Timeout.
 	HTTPClient *http.Client
+	// ClientFor, when set, picks the client of an account's usage requests
+	// instead of HTTPClient: the one of its proxy (relay.Upstream.Client).
+	// An error fails the poll of that account.
+	ClientFor func(store.Account) (*http.Client, error)
 	// UsageURL, when set, is polled for every account instead of the URL
 	// derived from its base URL (see UsageURL).
 	UsageURL string
@@ -256,9 +260,15 @@ func (p *UsagePoller) fetch(ctx context.Context, a store.Account, accessToken st
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "codex-relay")
-	resp, err := p.cfg.HTTPClient.Do(req)
+	hc := p.cfg.HTTPClient
+	if p.cfg.ClientFor != nil {
+		if hc, err = p.cfg.ClientFor(a); err != nil {
+			return Usage{}, fmt.Errorf("usage endpoint: %w", err)
+		}
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
-		return Usage{}, fmt.Errorf("usage endpoint: %w", redactURLError(err))
+		return Usage{}, fmt.Errorf("usage endpoint: %w", a.Proxy.Redact(redactURLError(err)))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -91,6 +92,8 @@ type Record struct {
 
 	// Body fields of response requests.
 	Model              string       `json:"model,omitempty"`
+	ServiceTier        string       `json:"service_tier,omitempty"`
+	ReasoningEffort    string       `json:"reasoning_effort,omitempty"`
 	PromptCacheKey     string       `json:"prompt_cache_key,omitempty"`
 	PreviousResponseID string       `json:"previous_response_id,omitempty"`
 	Generate           *bool        `json:"generate,omitempty"`
@@ -118,9 +121,21 @@ type Record struct {
 	TurnStateSent string   `json:"turn_state_sent,omitempty"`
 	Events        int      `json:"events"`
 	EventTypes    []string `json:"event_types,omitempty"`
+	// Usage is the usage the sim reported in the response's
+	// response.completed event (nil: none was sent).
+	Usage *RecordUsage `json:"usage,omitempty"`
 	// Done is false while the answer is still being written.
 	Done     bool          `json:"done"`
 	Duration time.Duration `json:"duration"`
+}
+
+// RecordUsage is a response's usage as the sim reported it.
+type RecordUsage struct {
+	InputTokens     int64 `json:"input_tokens"`
+	CachedTokens    int64 `json:"cached_tokens"`
+	OutputTokens    int64 `json:"output_tokens"`
+	ReasoningTokens int64 `json:"reasoning_tokens"`
+	TotalTokens     int64 `json:"total_tokens"`
 }
 
 // HasInputType reports whether the request's input held an item of type t.
@@ -282,6 +297,10 @@ func firstHeader(h http.Header, names ...string) string {
 func (ref recordRef) noteRequest(req *responseRequest) {
 	ref.update(func(r *Record) {
 		r.Model = req.Model
+		r.ServiceTier = req.ServiceTier
+		if req.Reasoning != nil {
+			r.ReasoningEffort = req.Reasoning.Effort
+		}
 		r.PromptCacheKey = req.PromptCacheKey
 		r.PreviousResponseID = req.PreviousResponseID
 		if req.Generate != nil {
@@ -300,5 +319,32 @@ func (ref recordRef) noteRequest(req *responseRequest) {
 		if kind := requestKind(metadataString(req.ClientMetadata, "x-codex-turn-metadata")); kind != "" {
 			r.RequestKind = kind // per message: more precise than the handshake's
 		}
+	})
+}
+
+// usage records the usage of a response.completed event.
+func (ref recordRef) usage(ev []byte) {
+	var env struct {
+		Response struct {
+			Usage *struct {
+				InputTokens        int64 `json:"input_tokens"`
+				OutputTokens       int64 `json:"output_tokens"`
+				TotalTokens        int64 `json:"total_tokens"`
+				InputTokensDetails struct {
+					CachedTokens int64 `json:"cached_tokens"`
+				} `json:"input_tokens_details"`
+				OutputTokensDetails struct {
+					ReasoningTokens int64 `json:"reasoning_tokens"`
+				} `json:"output_tokens_details"`
+			} `json:"usage"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(ev, &env) != nil || env.Response.Usage == nil {
+		return
+	}
+	u := env.Response.Usage
+	ref.update(func(r *Record) {
+		r.Usage = &RecordUsage{InputTokens: u.InputTokens, CachedTokens: u.InputTokensDetails.CachedTokens,
+			OutputTokens: u.OutputTokens, ReasoningTokens: u.OutputTokensDetails.ReasoningTokens, TotalTokens: u.TotalTokens}
 	})
 }

@@ -25,6 +25,10 @@ type responseRequest struct {
 	Generate           *bool                      `json:"generate"`
 	ClientMetadata     map[string]json.RawMessage `json:"client_metadata"`
 	Instructions       string                     `json:"instructions"`
+	ServiceTier        string                     `json:"service_tier"`
+	Reasoning          *struct {
+		Effort string `json:"effort"`
+	} `json:"reasoning"`
 
 	inputBytes int // size of the raw input array, for token estimates
 }

@@ -262,6 +262,7 @@ func (s *Server) stream(ctx context.Context, sk sink, events [][]byte, v *verdic
 		switch typ {
 		case wire.EventResponseCompleted:
 			ref.finish(http.StatusOK, OutcomeCompleted, s.cfg.Now())
+			ref.usage(ev)
 			s.completed(v.account)
 		case wire.EventResponseFailed:
 			ref.finish(http.StatusOK, OutcomeFailed, s.cfg.Now())

@@ -72,12 +72,16 @@ type Account struct {
 	StatusChangedAt  time.Time
 	Priority         int
 	MaxConcurrency   int // 0: no cap
-	AccessExpiresAt  time.Time
-	Primary          Window
-	Secondary        Window
-	UsageUpdatedAt   time.Time
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	// Proxy is the outbound proxy everything for this account goes
+	// through (zero: none, the relay's default egress). It prints without
+	// its password; its URL is sealed at rest.
+	Proxy           Proxy
+	AccessExpiresAt time.Time
+	Primary         Window
+	Secondary       Window
+	UsageUpdatedAt  time.Time
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
 }
 
 // Credentials are an account's secrets, encrypted at rest.
@@ -105,6 +109,8 @@ type accountRow struct {
 	Priority               int      `db:"priority"`
 	MaxConcurrency         int      `db:"max_concurrency"`
 	Credentials            string   `db:"credentials"`
+	ProxyURL               string   `db:"proxy_url"`
+	ProxyDisplay           string   `db:"proxy_display"`
 	AccessExpiresAt        *int64   `db:"access_expires_at"`
 	PrimaryUsedPercent     *float64 `db:"primary_used_percent"`
 	PrimaryWindowMinutes   *int64   `db:"primary_window_minutes"`
@@ -128,7 +134,8 @@ func window(used *float64, minutes, reset *int64) Window {
 	return w
 }
 
-func (r accountRow) account() Account {
+// account converts a row; its sealed proxy URL is opened with s's key.
+func (s *Store) account(r accountRow) Account {
 	return Account{
 		ID: r.ID, Kind: Kind(r.Kind), Label: r.Label, BaseURL: r.BaseURL,
 		Organization: r.Organization, ChatGPTAccountID: r.ChatGPTAccountID,
@@ -136,6 +143,7 @@ func (r accountRow) account() Account {
 		Status: Status(r.Status), StatusReason: r.StatusReason,
 		StatusUntil: fromMillis(r.StatusUntil), StatusChangedAt: time.UnixMilli(r.StatusChangedAt).UTC(),
 		Priority: r.Priority, MaxConcurrency: r.MaxConcurrency,
+		Proxy:           s.openProxy(r.ID, r.ProxyURL, r.ProxyDisplay),
 		AccessExpiresAt: fromMillis(r.AccessExpiresAt),
 		Primary:         window(r.PrimaryUsedPercent, r.PrimaryWindowMinutes, r.PrimaryResetAt),
 		Secondary:       window(r.SecondaryUsedPercent, r.SecondaryWindowMinutes, r.SecondaryResetAt),
@@ -146,7 +154,7 @@ func (r accountRow) account() Account {
 
 const accountColumns = `id, kind, label, base_url, organization, chatgpt_account_id, email, plan_type, tags,
 	status, status_reason, status_until, status_changed_at, priority, max_concurrency, credentials,
-	access_expires_at, primary_used_percent, primary_window_minutes, primary_reset_at,
+	proxy_url, proxy_display, access_expires_at, primary_used_percent, primary_window_minutes, primary_reset_at,
 	secondary_used_percent, secondary_window_minutes, secondary_reset_at, usage_updated_at,
 	created_at, updated_at`
 
@@ -180,8 +188,10 @@ func (s *Store) openCredentials(id, sealed string) (Credentials, error) {
 	return c, nil
 }
 
-// CreateAccount stores a new account with its credentials, encrypted. The
-// id, status (active unless set), and timestamps are filled in.
+// CreateAccount stores a new account with its credentials and its proxy
+// URL, both encrypted, in one statement: the account never serves before its
+// proxy is in place. The id, status (active unless set), and timestamps are
+// filled in.
 func (s *Store) CreateAccount(ctx context.Context, a Account, c Credentials) (Account, error) {
 	defer s.accountsChanged(ctx)
 	now := s.now()
@@ -198,13 +208,17 @@ func (s *Store) CreateAccount(ctx context.Context, a Account, c Credentials) (Ac
 	if err != nil {
 		return Account{}, fmt.Errorf("create account: %w", err)
 	}
+	proxySealed, proxyDisplay, err := s.sealProxy(a.ID, a.Proxy)
+	if err != nil {
+		return Account{}, fmt.Errorf("create account: %w", err)
+	}
 	_, err = s.exec(ctx, `INSERT INTO accounts (id, kind, label, base_url, organization,
 		chatgpt_account_id, email, plan_type, tags, status, status_reason, status_until, status_changed_at,
-		priority, max_concurrency, credentials, access_expires_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		priority, max_concurrency, credentials, proxy_url, proxy_display, access_expires_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, string(a.Kind), a.Label, a.BaseURL, a.Organization, a.ChatGPTAccountID, a.Email, a.PlanType,
 		joinList(a.Tags), string(a.Status), a.StatusReason, millis(a.StatusUntil), now.UnixMilli(),
-		a.Priority, a.MaxConcurrency, sealed, millis(a.AccessExpiresAt), now.UnixMilli(), now.UnixMilli())
+		a.Priority, a.MaxConcurrency, sealed, proxySealed, proxyDisplay, millis(a.AccessExpiresAt), now.UnixMilli(), now.UnixMilli())
 	if err != nil {
 		if isUniqueViolation(err) {
 			return Account{}, fmt.Errorf("create account %s: %w", a.ID, ErrConflict)
@@ -224,7 +238,7 @@ func (s *Store) Account(ctx context.Context, id string) (Account, error) {
 	if err != nil {
 		return Account{}, fmt.Errorf("read account: %w", err)
 	}
-	return r.account(), nil
+	return s.account(r), nil
 }
 
 // Accounts lists every account, highest priority first, then by creation.
@@ -242,7 +256,7 @@ func (s *Store) Accounts(ctx context.Context) ([]Account, error) {
 	}
 	out := make([]Account, len(rows))
 	for i, r := range rows {
-		out[i] = r.account()
+		out[i] = s.account(r)
 	}
 	s.accts.keep(out, gen, at)
 	return out, nil
@@ -259,6 +273,8 @@ type AccountPatch struct {
 	Tags             *[]string
 	Priority         *int
 	MaxConcurrency   *int
+	// Proxy replaces the account's proxy; a zero Proxy removes it.
+	Proxy *Proxy
 }
 
 // UpdateAccount applies p to the account and returns it as stored.
@@ -293,6 +309,14 @@ func (s *Store) UpdateAccount(ctx context.Context, id string, p AccountPatch) (A
 	}
 	if p.MaxConcurrency != nil {
 		add("max_concurrency", *p.MaxConcurrency)
+	}
+	if p.Proxy != nil {
+		sealed, display, err := s.sealProxy(id, *p.Proxy)
+		if err != nil {
+			return Account{}, fmt.Errorf("update account: %w", err)
+		}
+		add("proxy_url", sealed)
+		add("proxy_display", display)
 	}
 	add("updated_at", s.now().UnixMilli())
 	args = append(args, id)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/codexrelay/codex-relay/relay/budget"
 )
 
 // ClientKeyPrefix starts every relay client key, so a leaked one is easy to
@@ -33,6 +36,30 @@ type ClientKey struct {
 	LastUsedAt    time.Time
 	RevokedAt     time.Time
 	RequestCount  int64
+	// Limits are the key's budgets (see package budget); none: unlimited.
+	Limits []budget.Limit
+	// Policy is the key's model policy.
+	Policy KeyPolicy
+}
+
+// KeyPolicy is what a key may ask of the upstream beyond its model
+// allow-list.
+type KeyPolicy struct {
+	// ModelAliases maps a model name the key asks for to the model the
+	// upstream gets ("fast" -> "gpt-5.1-codex-mini").
+	ModelAliases map[string]string `json:"model_aliases,omitempty"`
+	// MaxReasoningEffort caps reasoning.effort (minimal, low, medium, high,
+	// xhigh); "" leaves it as asked.
+	MaxReasoningEffort string `json:"max_reasoning_effort,omitempty"`
+	// PriorityTier is what a request for the priority service tier gets:
+	// "" or "allow" passes it on, "refuse" refuses the request, "downgrade"
+	// sends it at the default tier.
+	PriorityTier string `json:"priority_tier,omitempty"`
+}
+
+// IsZero reports a policy that changes nothing.
+func (p KeyPolicy) IsZero() bool {
+	return len(p.ModelAliases) == 0 && p.MaxReasoningEffort == "" && (p.PriorityTier == "" || p.PriorityTier == "allow")
 }
 
 // AllowsAccount reports whether the key's scope admits account a.
@@ -73,19 +100,49 @@ type clientKeyRow struct {
 	LastUsedAt    *int64 `db:"last_used_at"`
 	RevokedAt     *int64 `db:"revoked_at"`
 	RequestCount  int64  `db:"request_count"`
+	Limits        string `db:"limits"`
+	Policy        string `db:"policy"`
 }
 
 func (r clientKeyRow) key() ClientKey {
-	return ClientKey{
+	k := ClientKey{
 		ID: r.ID, Name: r.Name, Prefix: r.Prefix,
 		ScopeAccounts: splitList(r.ScopeAccounts), ScopeTag: r.ScopeTag, Models: splitList(r.Models),
 		ExpiresAt: fromMillis(r.ExpiresAt), CreatedAt: time.UnixMilli(r.CreatedAt).UTC(),
 		LastUsedAt: fromMillis(r.LastUsedAt), RevokedAt: fromMillis(r.RevokedAt), RequestCount: r.RequestCount,
 	}
+	// Both are written by this package from validated values; a row that
+	// does not read is treated as having none (and logged by no one: the
+	// write path cannot produce it).
+	if r.Limits != "" {
+		_ = json.Unmarshal([]byte(r.Limits), &k.Limits)
+	}
+	if r.Policy != "" {
+		_ = json.Unmarshal([]byte(r.Policy), &k.Policy)
+	}
+	return k
+}
+
+// keyLimitsJSON and keyPolicyJSON are a key's limits and policy as stored
+// ("" for none).
+func keyLimitsJSON(ls []budget.Limit) string {
+	if len(ls) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(ls)
+	return string(b)
+}
+
+func keyPolicyJSON(p KeyPolicy) string {
+	if p.IsZero() {
+		return ""
+	}
+	b, _ := json.Marshal(p)
+	return string(b)
 }
 
 const clientKeyColumns = `id, name, prefix, key_hash, scope_accounts, scope_tag, models, expires_at,
-	created_at, last_used_at, revoked_at, request_count`
+	created_at, last_used_at, revoked_at, request_count, limits, policy`
 
 // HashClientKey is the stored form of a client key secret. The secret holds
 // 190 random bits, so a plain SHA-256 cannot be reversed or guessed.
@@ -120,10 +177,13 @@ func (s *Store) CreateClientKey(ctx context.Context, k ClientKey) (ClientKey, st
 	secret := NewSecret(ClientKeyPrefix)
 	k.ID = NewID("key", now)
 	k.Prefix = secret[:len(ClientKeyPrefix)+6]
+	if err := budget.ValidateAll(k.Limits); err != nil {
+		return ClientKey{}, "", fmt.Errorf("create client key: %w", err)
+	}
 	_, err := s.exec(ctx, `INSERT INTO client_keys (id, name, prefix, key_hash, scope_accounts,
-		scope_tag, models, expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		scope_tag, models, expires_at, created_at, limits, policy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		k.ID, k.Name, k.Prefix, HashClientKey(secret), joinList(k.ScopeAccounts), strings.TrimSpace(k.ScopeTag),
-		joinList(k.Models), millis(k.ExpiresAt), now.UnixMilli())
+		joinList(k.Models), millis(k.ExpiresAt), now.UnixMilli(), keyLimitsJSON(k.Limits), keyPolicyJSON(k.Policy))
 	if err != nil {
 		return ClientKey{}, "", fmt.Errorf("create client key: %w", err)
 	}
@@ -169,13 +229,18 @@ func (s *Store) RevokeClientKey(ctx context.Context, id string) (ClientKey, erro
 	return s.ClientKey(ctx, id)
 }
 
-// UpdateClientKey changes a key's name, account scope, models and expiry
-// to k's (its id names it; the secret, creation and use are kept). Every
-// replica sees the change at once: an open WebSocket's next request is
-// served under the new scope.
+// UpdateClientKey changes a key's name, account scope, models, expiry,
+// limits and policy to k's (its id names it; the secret, creation and use
+// are kept). Every replica sees the change at once: an open WebSocket's
+// next request is served under the new scope and limits.
 func (s *Store) UpdateClientKey(ctx context.Context, k ClientKey) (ClientKey, error) {
-	res, err := s.exec(ctx, `UPDATE client_keys SET name = ?, scope_accounts = ?, scope_tag = ?, models = ?, expires_at = ? WHERE id = ?`,
-		k.Name, joinList(k.ScopeAccounts), strings.TrimSpace(k.ScopeTag), joinList(k.Models), millis(k.ExpiresAt), k.ID)
+	if err := budget.ValidateAll(k.Limits); err != nil {
+		return ClientKey{}, fmt.Errorf("update client key: %w", err)
+	}
+	res, err := s.exec(ctx, `UPDATE client_keys SET name = ?, scope_accounts = ?, scope_tag = ?, models = ?, expires_at = ?,
+		limits = ?, policy = ? WHERE id = ?`,
+		k.Name, joinList(k.ScopeAccounts), strings.TrimSpace(k.ScopeTag), joinList(k.Models), millis(k.ExpiresAt),
+		keyLimitsJSON(k.Limits), keyPolicyJSON(k.Policy), k.ID)
 	if err := affectedOne(res, err, "update client key", k.ID); err != nil {
 		return ClientKey{}, err
 	}

@@ -112,7 +112,7 @@ const (
 	// settleReservation ends a request's budget reservation: its use is now
 	// in its log row, written in the same transaction.
 	settleReservation = `DELETE FROM key_reservations WHERE request_id = ?`
-	insertAttempt = `INSERT INTO attempts (id, request_id, seq, thread_key, session_id, thread_id,
+	insertAttempt     = `INSERT INTO attempts (id, request_id, seq, thread_key, session_id, thread_id,
 		account_id, from_account_id, transport, class, recovery, action, status, error_code, detail, started_at,
 		ended_at, first_event_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
@@ -358,15 +358,25 @@ func (s *Store) page(ctx context.Context, dest any, table, columns, where string
 // backlog never holds the database for long.
 const retentionBatch = 5000
 
-// DeleteRecordsBefore deletes request log rows and attempt records that
-// started before before, in batches, at most maxBatches per table, and
-// reports how many rows went. Call it again to continue a large backlog.
+// BudgetHorizon is how long the request log is kept at the least, whatever
+// the retention: its rows are what keys' budgets count, and the longest
+// window (a month) must still see them.
+const BudgetHorizon = 32 * 24 * time.Hour
+
+// DeleteRecordsBefore deletes attempt records that started before before,
+// and request log rows that started before it and before BudgetHorizon
+// ago, in batches, at most maxBatches per table, and reports how many rows
+// went. Call it again to continue a large backlog.
 func (s *Store) DeleteRecordsBefore(ctx context.Context, before time.Time, maxBatches int) (int64, error) {
 	var total int64
 	for _, table := range []string{"requests", "attempts"} {
+		cutoff := before
+		if horizon := s.now().Add(-BudgetHorizon); table == "requests" && horizon.Before(cutoff) {
+			cutoff = horizon
+		}
 		q := `DELETE FROM ` + table + ` WHERE id IN (SELECT id FROM ` + table + ` WHERE started_at < ? LIMIT ?)`
 		for range maxBatches {
-			res, err := s.exec(ctx, q, before.UnixMilli(), retentionBatch)
+			res, err := s.exec(ctx, q, cutoff.UnixMilli(), retentionBatch)
 			if err != nil {
 				return total, fmt.Errorf("delete old %s: %w", table, err)
 			}

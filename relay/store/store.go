@@ -241,6 +241,7 @@ type Store struct {
 	stmts   stmtCache
 	accts   accountsCache
 	keys    keysCache
+	prices  priceCache
 	// writeTx lets one write transaction at a time begin on SQLite, in
 	// arrival order. SQLite has one writer anyway; left to its busy
 	// handler, waiting transactions poll for the lock, and under load an

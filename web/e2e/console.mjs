@@ -4,7 +4,8 @@
 // the store and the next Codex turn afterwards.
 //
 // Environment: RELAY_URL (the console's origin, on loopback), ADMIN_TOKEN,
-// THREAD_ID, CHROMIUM (the browser binary), OUT_DIR (screenshots).
+// THREAD_ID, CHROMIUM (the browser binary), OUT_DIR (screenshots),
+// BUDGETED_KEY (a client key with limits, whose page edits them).
 // Exit status 0 when every step passed; each step is logged.
 
 import { chromium } from "playwright-core";
@@ -17,6 +18,11 @@ const token = must("ADMIN_TOKEN");
 const thread = must("THREAD_ID");
 const executablePath = must("CHROMIUM");
 const outDir = must("OUT_DIR");
+const budgetedKey = must("BUDGETED_KEY");
+
+// The CSV contract of GET /api/v1/usage grouped by day and key: its header line.
+const usageCSVHeader =
+  "day,key_id,requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,total_tokens,cost_usd,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors";
 
 function must(name) {
   const v = process.env[name];
@@ -97,6 +103,42 @@ async function shoot(name) {
     }
   }
   await page.setViewportSize(widths[0]);
+}
+
+// usageFigures describes each chart of the Usage page: whether it shows
+// one SVG, its legend's colours (from the stylesheet), how many shapes of each
+// colour the SVG draws with a size (a zero-height bar does not count), and
+// how wide the SVG is drawn beside its figure.
+async function usageFigures() {
+  return page.$$eval("figure.usage-chart", (figs) =>
+    figs.map((f) => {
+      const hex = (rgb) => "#" + rgb.match(/\d+/g).slice(0, 3).map((n) => Number(n).toString(16).padStart(2, "0")).join("");
+      // One drawing per width: the one shown is the one that counts.
+      const shown = [...f.querySelectorAll(".chart-svg > svg")].filter((s) => s.getBoundingClientRect().width > 0);
+      const svg = shown.length === 1 ? shown[0] : null;
+      const swatches = [...f.querySelectorAll("figcaption .legend-key")];
+      const colors = swatches.map((k) => hex(getComputedStyle(k.querySelector(".swatch")).backgroundColor));
+      const drawn = colors.map((c) => {
+        if (!svg) return 0;
+        let n = 0;
+        for (const e of svg.querySelectorAll(`[fill="${c}"], [stroke="${c}"]`)) {
+          const b = e.getBBox();
+          if (e.getAttribute("fill") === c ? b.width > 0 && b.height > 0 : b.width > 0 || b.height > 0) n++;
+        }
+        return n;
+      });
+      return {
+        id: f.dataset.chart,
+        svg: !!svg,
+        labels: swatches.map((k) => k.textContent.trim()),
+        colors,
+        drawn,
+        width: svg ? svg.getBoundingClientRect().width : 0,
+        figWidth: f.getBoundingClientRect().width,
+        rows: f.querySelectorAll("table tbody tr").length,
+      };
+    }),
+  );
 }
 
 try {
@@ -203,6 +245,71 @@ try {
     check((await page.textContent("main")).includes(want), `${p} shows "${want}"`);
     await shoot(name);
   }
+
+  step("the request log of the Codex thread sums its usage");
+  await page.goto(`${base}/admin/requests?thread=${encodeURIComponent(thread)}`);
+  const threadUsage = await page.textContent("section.thread-usage");
+  check(threadUsage.includes("Cache-hit rate") && threadUsage.includes("changed account"), `the thread's usage: ${threadUsage}`);
+  check((await page.locator("table.thread-accounts tbody tr").count()) >= 1, "the accounts that served the thread are listed");
+  await shoot("requests-thread");
+
+  step("the Usage page draws every chart, at desktop and phone widths");
+  await page.goto(`${base}/admin/usage`);
+  check((await page.textContent("main")).includes("Budgets"), "the Usage page has its budgets");
+  for (const w of widths) {
+    await page.setViewportSize({ width: w.width, height: w.height });
+    const figs = await usageFigures();
+    check(figs.length === 4, `four charts at ${w.name} px, found ${figs.length}`);
+    for (const f of figs) {
+      check(f.svg, `${f.id} at ${w.name} px has an SVG`);
+      check(f.colors.length > 0, `${f.id} has a legend`);
+      f.colors.forEach((c, i) => check(f.drawn[i] > 0, `${f.id} at ${w.name} px draws its series ${f.labels[i]} (${c})`));
+      check(f.width > 100 && f.width <= f.figWidth + 0.5, `${f.id} at ${w.name} px fits its figure: ${f.width} of ${f.figWidth}`);
+      check(f.rows > 0, `${f.id} has its numbers as a table`);
+    }
+  }
+  await page.setViewportSize(widths[0]);
+  const gauges = page.locator(`#budgets meter`);
+  check((await gauges.count()) === 3, `the budgeted key's three limits are gauges, found ${await gauges.count()}`);
+  await shoot("usage");
+
+  step("the Download CSV link downloads the report");
+  const [download] = await Promise.all([page.waitForEvent("download"), page.click("a.download-csv")]);
+  check(/^usage-.+\.csv$/.test(download.suggestedFilename()), `the file is named for its window: ${download.suggestedFilename()}`);
+  const csv = fs.readFileSync(await download.path(), "utf8");
+  const csvLines = csv.trim().split("\n");
+  check(csvLines[0] === usageCSVHeader, `the CSV header is the contract's: ${csvLines[0]}`);
+  check(csvLines.length >= 1 + 6, `a row per day and key: ${csvLines.length - 1} rows`);
+
+  step("the Usage page by model, over one day by the hour");
+  await page.click("nav.presets a:has-text('24 hours')");
+  await page.selectOption("select[name=by]", "model");
+  await Promise.all([page.waitForURL(/by=model/), page.click("form.usage-filters button[type=submit]")]);
+  check((await page.textContent("#chart-tokens figcaption")).includes("gpt-5.1-codex-mini"), "the tokens are stacked by model");
+  check((await page.textContent("#chart-tokens figcaption")).includes("per hour"), "one day is charted by the hour");
+  await shoot("usage-day");
+
+  step("a key's limits are edited on its page");
+  await page.goto(`${base}/admin/keys`);
+  await Promise.all([page.waitForURL(new RegExp(`/admin/keys/${budgetedKey}$`)), page.click(`a[href="/admin/keys/${budgetedKey}"]`)]);
+  check((await page.locator("#limits meter").count()) === 3, "the key's three limits are gauges");
+  check((await page.textContent("#limits")).includes("tokens/5h"), "the gauges are named");
+  await shoot("key");
+  await page.fill("textarea[name=limits]", "tokens/5h=60000\ntokens/year=1");
+  const [refusedSave] = await Promise.all([page.waitForNavigation(), page.click("form.key-limits button[type=submit]")]);
+  check(refusedSave.status() === 400, `a refused form answers 400, not ${refusedSave.status()}`);
+  check((await page.textContent(".flash")).includes("limits: limit 2: window must be one of"), "the API's message for a bad window");
+  check((await page.inputValue("textarea[name=limits]")).includes("tokens/year=1"), "the form keeps what was typed");
+  await shoot("key-refused");
+  await page.fill("textarea[name=limits]", "tokens/5h=60000\nconcurrent=4");
+  await page.selectOption("select[name=max_reasoning_effort]", "high");
+  const [save] = await Promise.all([page.waitForNavigation(), page.click("form.key-limits button[type=submit]")]);
+  check(save.status() === 200 && save.request().method() === "GET", "the save redirects to a page");
+  check(new URL(page.url()).pathname === `/admin/keys/${budgetedKey}`, `back on the key's page: ${page.url()}`);
+  check((await page.textContent(".flash")).includes("Saved the limits and policy"), "the page says it saved");
+  check((await page.locator("#limits meter").count()) === 2, "two limits now");
+  check((await page.inputValue("textarea[name=limits]")).trim() === "tokens/5h=60000\nconcurrent=4", "the form shows the saved limits");
+  await shoot("key-saved");
 
   step("log out");
   await Promise.all([page.waitForURL(/\/admin\/login/), page.click("form.logout button")]);

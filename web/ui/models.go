@@ -102,9 +102,11 @@ type ThreadRow struct {
 // AccountRow is one account: state, usage and load.
 type AccountRow struct {
 	ID, Label, Kind, Organization, Email, Plan, BaseURL, Tags string
-	Status, Tone, Reason, Until                               string
-	Usage                                                     []Usage
-	InFlight, Lanes, Bindings                                 int
+	// Proxy is the account's outbound proxy, without its password ("" none).
+	Proxy                       string
+	Status, Tone, Reason, Until string
+	Usage                       []Usage
+	InFlight, Lanes, Bindings   int
 	// LaneCap is the cap every upstream WebSocket of the account counts
 	// against, on each replica (0: unknown).
 	LaneCap                                  int
@@ -159,6 +161,8 @@ type BindingRow struct {
 	Age, Created, LastSeen, Expires   string
 	Abandoned                         string
 	SessionURL, ThreadURL, AccountURL string
+	// RequestsURL is the thread's requests and usage ("" without a thread).
+	RequestsURL string
 	// Moves names the live lanes a pin moves off at their next request
 	// ("" none): the pin's threads still running on another account.
 	Moves string
@@ -209,11 +213,30 @@ type AttemptRow struct {
 	BarX, BarW                           int
 }
 
-// Requests is the request log with its filters.
+// Requests is the request log with its filters; Thread, when the log is
+// filtered by a thread, is that thread's usage.
 type Requests struct {
 	Filter RequestFilter
+	Thread *ThreadUsage
 	Rows   []RequestRow
 	Pager  Pager
+}
+
+// ThreadUsage sums one thread's requests: tokens by kind, cost, cache-hit
+// rate, time to first token (p50 / p95), and the accounts that served it,
+// in the order they first did.
+type ThreadUsage struct {
+	Thread                                  string
+	Requests, Errors                        string
+	Input, Cached, Output, Reasoning, Total string
+	Cost, CacheRate, TTFT                   string
+	Accounts                                []ThreadAccount
+}
+
+// ThreadAccount is one account that served a thread: its share, its
+// cache-hit rate, and the span of its requests.
+type ThreadAccount struct {
+	Name, URL, Requests, Tokens, CacheRate, Span string
 }
 
 // RequestFilter is the filter form's state and choices.
@@ -245,17 +268,19 @@ type CreatedKey struct {
 	Name, Secret string
 }
 
-// KeyForm holds what an operator typed into the create form.
+// KeyForm holds what an operator typed into the create form; Limits is
+// one limit a line.
 type KeyForm struct {
-	Name, Tag, Models, ExpiresIn string
+	Name, Tag, Models, ExpiresIn, Limits string
 }
 
-// KeyRow is one client key.
+// KeyRow is one client key; URL is its page, Limits its limits in short.
 type KeyRow struct {
 	ID, Name, Prefix, Scope, Models, Expires, Created, LastUsed, State, Tone string
+	Limits                                                                   string
 	Requests                                                                 int64
 	Revoked                                                                  bool
-	RequestsURL, BindingsURL                                                 string
+	URL, RequestsURL, BindingsURL                                            string
 }
 
 // Settings is a read-only view of the configuration.

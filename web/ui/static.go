@@ -48,6 +48,7 @@ var nav = []struct{ Key, Label, URL string }{
 	{"lanes", "Lanes", "/admin/lanes"},
 	{"diagnostics", "Diagnostics", "/admin/diagnostics"},
 	{"requests", "Requests", "/admin/requests"},
+	{"usage", "Usage", "/admin/usage"},
 	{"keys", "Client keys", "/admin/keys"},
 	{"audit", "Audit log", "/admin/audit"},
 	{"settings", "Settings", "/admin/settings"},
