@@ -155,7 +155,8 @@ func TestConcurrentLimitAndPrewarm(t *testing.T) {
 	// the same key is refused.
 	done := make(chan []map[string]any, 1)
 	go func() { done <- c.turn(spendRequest("slow turn [[sim:delay 1500ms]]")) }()
-	require.Eventually(t, func() bool { return len(h.sim.Records(sim.RecordFilter{Route: sim.RouteResponses})) >= 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(h.responseRecords("")) >= 2 }, 10*time.Second, 5*time.Millisecond,
+		"the prewarm and the slow turn reached the upstream")
 	resp, body := h.post(sessionS, childT, spendRequest("at the same time"), bearer(secret))
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
 	assert.Equal(t, "concurrent", resp.Header.Get(relay.HeaderLimit))

@@ -22,10 +22,10 @@ import (
 type Admission struct {
 	Key       ClientKey // its ID and Limits
 	RequestID string
-	// Replica is the replica serving the request. A reservation made
-	// before LiveSince counts only while its replica's heartbeat is at or
-	// after it: a dead replica's requests will never settle. A younger one
-	// always counts (its replica may not have beaten yet).
+	// Replica is the replica serving the request. A reservation counts
+	// while it is young (see reservationYoung), and after that while its
+	// replica's heartbeat is at or after LiveSince: a dead replica's
+	// requests will never settle.
 	Replica   string
 	LiveSince time.Time
 	// Estimate is what the request reserves when admitted; Reserve false
@@ -102,6 +102,13 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Admitted, error) {
 	return out, nil
 }
 
+// reservationYoung is how long a reservation counts whatever its replica's
+// heartbeat says: a replica that has not beaten yet, or whose heartbeat is
+// late under load, still holds its requests' budget. A dead replica's
+// reservations stop counting after this, or after the heartbeat window if
+// that is longer.
+const reservationYoung = time.Minute
+
 // querier is what budget reads need: the database or a transaction.
 type querier interface {
 	GetContext(ctx context.Context, dest any, query string, args ...any) error
@@ -155,11 +162,12 @@ func (s *Store) budgetState(ctx context.Context, q querier, k ClientKey, replica
 		Tokens   int64 `db:"tokens"`
 		Cost     int64 `db:"cost"`
 	}
+	young := min(liveSince.UnixMilli(), now.Add(-reservationYoung).UnixMilli())
 	err := q.GetContext(ctx, &res, s.q(`SELECT COUNT(*) AS n, COALESCE(SUM(1 - done), 0) AS in_flight,
 		COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost_nanos), 0) AS cost
 		FROM key_reservations WHERE key_id = ?
 		AND (replica_id = ? OR created_at >= ? OR replica_id IN (SELECT id FROM replicas WHERE heartbeat_at >= ?))`),
-		k.ID, replica, liveSince.UnixMilli(), liveSince.UnixMilli())
+		k.ID, replica, young, liveSince.UnixMilli())
 	if err != nil {
 		return st, fmt.Errorf("read reservations: %w", err)
 	}
@@ -302,11 +310,13 @@ const finishedGrace = 10 * time.Minute
 
 // DeleteStaleReservations deletes the reservations that will never settle:
 // those of replicas that are no longer alive, other than replica's own,
-// made before liveSince; and completed ones whose log row never came.
+// no longer young (see reservationYoung); and completed ones whose log
+// row never came.
 func (s *Store) DeleteStaleReservations(ctx context.Context, replica string, liveSince time.Time) (int64, error) {
+	young := min(liveSince.UnixMilli(), s.now().Add(-reservationYoung).UnixMilli())
 	res, err := s.exec(ctx, `DELETE FROM key_reservations WHERE (replica_id <> ? AND created_at < ?
 		AND replica_id NOT IN (SELECT id FROM replicas WHERE heartbeat_at >= ?)) OR (done = 1 AND created_at < ?)`,
-		replica, liveSince.UnixMilli(), liveSince.UnixMilli(), liveSince.Add(-finishedGrace).UnixMilli())
+		replica, young, liveSince.UnixMilli(), liveSince.Add(-finishedGrace).UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("delete stale reservations: %w", err)
 	}

@@ -126,9 +126,9 @@ func TestAdmitSettleAndWindows(t *testing.T) {
 	})
 }
 
-// A reservation counts while its replica lives: a dead replica's requests
-// will never settle, so they stop holding the key's budget, and are then
-// deleted. A prewarm checks without reserving.
+// A reservation counts while it is young or its replica lives: a dead
+// replica's requests will never settle, so they stop holding the key's
+// budget, and are then deleted. A prewarm checks without reserving.
 func TestReservationsOfDeadReplicas(t *testing.T) {
 	eachWithClock(t, func(t *testing.T, s *store.Store, clk *clock) {
 		ctx := context.Background()
@@ -148,7 +148,9 @@ func TestReservationsOfDeadReplicas(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, n, "the replica is alive")
 
-		clk.Add(20 * time.Second) // its heartbeat is stale
+		clk.Add(20 * time.Second) // its heartbeat is stale, but its reservation is young
+		require.NotNil(t, admit("req_3", "live", true), "a young reservation counts whatever the heartbeat")
+		clk.Add(time.Minute) // and now it is not
 		require.Nil(t, admit("req_3", "live", true))
 		n, err = s.DeleteStaleReservations(ctx, "live", clk.Now().Add(-15*time.Second))
 		require.NoError(t, err)
