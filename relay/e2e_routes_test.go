@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 )
 
@@ -156,8 +157,29 @@ func TestHostileInput(t *testing.T) {
 	}
 	expectError(websocket.MessageBinary, []byte{1, 2, 3}, "unsupported_frame")
 	expectError(websocket.MessageText, []byte(`{"type":`), "invalid_json")
-	expectError(websocket.MessageText, []byte(`{"type":"session.update"}`), "unsupported_message")
-	typ, _ := lastEvent(c.turn(responseRequest("still here?")))
+	// A message type the relay does not know is no request: it gets no
+	// error, and passes to the upstream when a lane is open (none yet).
+	require.NoError(t, c.conn.Write(ctx, websocket.MessageText, []byte(`{"type":"session.update"}`)))
+	events := c.turn(responseRequest("still here?"))
+	for _, ev := range events {
+		assert.NotEqual(t, "error", ev["type"], "the unknown message got no error: %v", ev)
+	}
+	typ, id := lastEvent(events)
+	assert.Equal(t, "response.completed", typ)
+
+	// With the lane open, an acknowledgement passes through as it came,
+	// unanswered, and the connection keeps serving.
+	ack := []byte(`{"type":"response.processed","response_id":"` + id + `", "x_new_field": 1}`)
+	require.NoError(t, c.conn.Write(ctx, websocket.MessageText, ack))
+	require.Eventually(t, func() bool {
+		for _, r := range h.sim.Records(sim.RecordFilter{Kind: sim.RecordMessage}) {
+			if r.Outcome == sim.OutcomeOK && r.Model == "" && r.Status == http.StatusOK {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "the upstream got the acknowledgement")
+	typ, _ = lastEvent(c.turn(responseRequest("and after the acknowledgement?")))
 	assert.Equal(t, "response.completed", typ)
 }
 

@@ -206,7 +206,9 @@ type clientMeta struct {
 // served); a request's failures become error events.
 func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 	s := ws.s
-	if err := ws.admitTurn(ctx); err != nil {
+	typ, _ := wire.EventType(msg)
+	request := typ == wire.MessageResponseCreate || typ == ""
+	if err := ws.admitTurn(ctx, request); err != nil {
 		f, _ := failureFor(err, s.cfg.Now())
 		if werr := ws.write(ctx, f.wsEvent()); werr != nil {
 			return werr
@@ -220,6 +222,10 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 		}
 		return nil
 	}
+	if !request {
+		ws.passThrough(ctx, typ, msg)
+		return nil
+	}
 	r, err := ws.parse(msg)
 	if err != nil {
 		f, _ := failureFor(err, s.cfg.Now())
@@ -230,12 +236,22 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 	return c.err
 }
 
-// admitTurn checks, before each request, that the connection's client may
-// still be served: a keyed client's key is read again (cached briefly;
-// revoking a key drops the cache on every replica at once) and the turn
-// counts in its use; a keyless client is served only while no key was ever
-// created.
-func (ws *wsSession) admitTurn(ctx context.Context) error {
+// passThrough passes a client frame that is no request (an
+// acknowledgement, a message type this relay does not know) to the
+// connection's upstream lane as it came, when the lane is open and idle;
+// it answers nothing, as the upstream does not. With no open lane there
+// is no upstream conversation it could belong to, and it is dropped.
+func (ws *wsSession) passThrough(ctx context.Context, typ string, msg []byte) {
+	err := ws.s.pool.SendIdle(ctx, ws.laneKey(), msg)
+	ws.s.log.Debug("client frame passed through", "type", typ, "bytes", len(msg), "err", err)
+}
+
+// admitTurn checks, before each client message, that the connection's
+// client may still be served: a keyed client's key is read again (cached
+// briefly; revoking a key drops the cache on every replica at once) and,
+// when the message is a request (turn), it counts in the key's use; a
+// keyless client is served only while no key was ever created.
+func (ws *wsSession) admitTurn(ctx context.Context, turn bool) error {
 	s := ws.s
 	if !ws.client.keyed {
 		ever, err := s.cfg.Store.KeysEverCreated(ctx)
@@ -257,7 +273,9 @@ func (ws *wsSession) admitTurn(ctx context.Context) error {
 		return refuseSession("client key revoked or expired", "this relay client key is unknown, revoked or expired")
 	}
 	ws.client.key = k
-	s.countKeyUse(k.ID)
+	if turn {
+		s.countKeyUse(k.ID)
+	}
 	return nil
 }
 

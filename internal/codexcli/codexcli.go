@@ -67,7 +67,8 @@ type Provider struct {
 // CODEX_HOME and a working directory. Runs are sequential by nature (one
 // CODEX_HOME), but Codex values are independent of each other.
 type Codex struct {
-	// Binary is the path of node_modules/.bin/codex.
+	// Binary is the path of node_modules/.bin/codex (or of the previous
+	// pin's, see NewPrevious).
 	Binary string
 	// Home is the CODEX_HOME folder, under <repo>/test-output/ (or the user's
 	// cache folder when the checkout is under the temp dir).
@@ -90,7 +91,20 @@ type Codex struct {
 // temporary working directory, and removes both when the test ends.
 func New(t testing.TB, p Provider) *Codex {
 	t.Helper()
-	bin, err := Binary()
+	return newWith(t, p, Binary)
+}
+
+// NewPrevious is New with the previous pinned Codex CLI (package.json's
+// codex-previous): the smoke set runs on it too, so a regression on
+// either shows.
+func NewPrevious(t testing.TB, p Provider) *Codex {
+	t.Helper()
+	return newWith(t, p, PreviousBinary)
+}
+
+func newWith(t testing.TB, p Provider, binary func() (string, error)) *Codex {
+	t.Helper()
+	bin, err := binary()
 	if err != nil {
 		if os.Getenv(RequireEnv) == "1" {
 			t.Fatalf("codexcli: %v (%s=1 requires it; run `npm ci`)", err, RequireEnv)
@@ -365,21 +379,32 @@ func RequireSuccess(t testing.TB, r *Result) {
 	}
 }
 
-// Binary returns the path of node_modules/.bin/codex in the working
-// directory or the nearest folder above it that has one.
-func Binary() (string, error) {
+// Binary returns the path of node_modules/.bin/codex (the newest pinned
+// Codex CLI) in the working directory or the nearest folder above it that
+// has one.
+func Binary() (string, error) { return findUp(filepath.Join("node_modules", ".bin", "codex")) }
+
+// PreviousBinary returns the path of the previous pinned Codex CLI,
+// installed under the alias codex-previous.
+func PreviousBinary() (string, error) {
+	return findUp(filepath.Join("node_modules", "codex-previous", "bin", "codex.js"))
+}
+
+// findUp returns the path of the file rel in the working directory or the
+// nearest folder above it that has one.
+func findUp(rel string) (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		p := filepath.Join(dir, "node_modules", ".bin", "codex")
+		p := filepath.Join(dir, rel)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
 			return p, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("node_modules/.bin/codex not found in the working directory or above")
+			return "", errors.New(rel + " not found in the working directory or above")
 		}
 		dir = parent
 	}

@@ -241,6 +241,11 @@ func (s *Server) answerMessage(ctx context.Context, conn *wsConn, data []byte, r
 		return s.sendEvent(ctx, conn, wire.NewErrorEvent(status, e, h)) == nil
 	}
 	typ, _ := wire.EventType(data)
+	if typ == wire.MessageResponseProcessed {
+		// An acknowledgement: recorded, never answered.
+		ref.finish(http.StatusOK, OutcomeOK, s.cfg.Now())
+		return true
+	}
 	if typ != wire.MessageResponseCreate {
 		return reject(http.StatusBadRequest, wire.Error{Type: wire.TypeInvalidRequest,
 			Message: fmt.Sprintf("Unsupported message type %q: send response.create.", typ)}, nil)

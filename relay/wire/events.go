@@ -27,6 +27,12 @@ const (
 // Responses WebSocket: a response request, with the fields of a POST body.
 const MessageResponseCreate = "response.create"
 
+// MessageResponseProcessed is a client's acknowledgement over the
+// WebSocket that it processed a response; it has no answer. The relay
+// passes it, like any client message type it does not know, to the
+// connection's upstream lane.
+const MessageResponseProcessed = "response.processed"
+
 // IsTerminal reports whether an event of type t ends a response request:
 // after it the server sends nothing more for that request.
 func IsTerminal(t string) bool {
