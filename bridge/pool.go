@@ -26,8 +26,12 @@ func (k Key) sameThread(t Key) bool { return k.Thread == t.Thread && k.Scope == 
 type PoolConfig struct {
 	// IdleTimeout closes a canonical lane unused this long. Default 5m.
 	IdleTimeout time.Duration
-	// MaxAge replaces a lane this old before its next request, ahead of the
-	// upstream's 60-minute connection limit. Default 55m.
+	// MaxAge retires a lane this old, ahead of the upstream's 60-minute
+	// connection limit: only between requests (at the next Acquire, or by
+	// the sweeper while it is idle), never while a request streams on it,
+	// so the margin below the limit must cover the longest request. The
+	// next request then goes on a fresh lane of the same account, in full.
+	// Bridge lanes and client WebSockets' direct lanes alike. Default 55m.
 	MaxAge time.Duration
 	// MaxLanesPerAccount caps open lanes per account: bridge lanes, their
 	// forks and client WebSockets' direct lanes alike. Default 64.
@@ -41,7 +45,8 @@ type PoolConfig struct {
 	KeepAliveEvery time.Duration
 	Now            func() time.Time
 	// OnEvent is told of lane lifecycle events (opened, reused, forked,
-	// released, retired, idle_closed, aged_out), for metrics.
+	// released, retired, idle_closed, aged_out, evicted, closed), for
+	// metrics.
 	OnEvent func(event string)
 }
 
@@ -167,17 +172,26 @@ type Dialer func(ctx context.Context) (*Lane, error)
 func (p *Pool) Acquire(ctx context.Context, k Key, account string, dial Dialer, onWait func()) (*Lease, error) {
 	now := p.cfg.Now()
 	var stale *Lane
+	staleEvent := "retired"
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
 	e := p.canon[k]
-	if e != nil && !e.busy && (e.lane == nil || !e.lane.Alive() || e.account != account || now.Sub(e.lane.Opened) >= p.cfg.MaxAge) {
-		// The thread's lane cannot serve this request: retire it.
-		stale = e.lane
-		p.dropLocked(k, e)
-		e = nil
+	if e != nil && !e.busy {
+		aged := e.lane != nil && now.Sub(e.lane.Opened) >= p.cfg.MaxAge
+		if e.lane == nil || !e.lane.Alive() || e.account != account || aged {
+			// The thread's lane cannot serve this request: retire it. An
+			// aged one is idle here, between two requests: this is its
+			// turn boundary.
+			if aged && e.lane.Alive() && e.account == account {
+				staleEvent = "aged_out"
+			}
+			stale = e.lane
+			p.dropLocked(k, e)
+			e = nil
+		}
 	}
 	if e != nil && !e.busy {
 		e.busy = true
@@ -195,7 +209,7 @@ func (p *Pool) Acquire(ctx context.Context, k Key, account string, dial Dialer, 
 	p.mu.Unlock()
 	if stale != nil {
 		stale.Close()
-		p.cfg.OnEvent("retired")
+		p.cfg.OnEvent(staleEvent)
 	}
 
 	if err := p.reserve(ctx, account, onWait); err != nil {

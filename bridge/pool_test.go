@@ -167,6 +167,47 @@ func TestLaneRetiredForAnotherAccountAgeOrFailure(t *testing.T) {
 	assert.False(t, ok)
 }
 
+// A lane past its maximum age is retired only at a turn boundary, between
+// two requests, never under one: the sweeper passes a busy lane by, a
+// concurrent request gets a fork, and the request after gets a fresh lane
+// holding nothing (so it goes in full), counted as aged out. A thread's
+// bridge lane and a client connection's direct lane alike.
+func TestAgedLaneIsRetiredOnlyAtATurnBoundary(t *testing.T) {
+	for name, k := range map[string]Key{"bridge": root, "direct": {Thread: root.Thread, Scope: root.Scope, Conn: "ws_1"}} {
+		t.Run(name, func(t *testing.T) {
+			u := newUpstream(t)
+			p, clk, events := newTestPool(t, PoolConfig{MaxAge: 55 * time.Minute, IdleTimeout: 2 * time.Hour})
+			ctx := context.Background()
+			busy, err := p.Acquire(ctx, k, "acc_a", u.dialer("acc_a", clk.Now), nil)
+			require.NoError(t, err)
+
+			clk.Add(time.Hour) // past the maximum age, mid-request
+			p.Sweep()
+			assert.True(t, busy.Lane.Alive(), "the sweeper never closes a lane under a request")
+			fork, err := p.Acquire(ctx, k, "acc_a", u.dialer("acc_a", clk.Now), nil)
+			require.NoError(t, err)
+			assert.True(t, fork.Fork, "a concurrent request gets a lane of its own")
+			fork.Release(State{}, true)
+			assert.True(t, busy.Lane.Alive(), "nor does another request")
+			busy.Release(State{ResponseID: "r1"}, true)
+
+			next, err := p.Acquire(ctx, k, "acc_a", u.dialer("acc_a", clk.Now), nil)
+			require.NoError(t, err)
+			assert.True(t, next.Fresh, "the next request gets a fresh lane")
+			assert.Empty(t, next.State.ResponseID, "holding nothing: the request goes in full")
+			assert.False(t, busy.Lane.Alive(), "the aged lane was closed at the turn boundary")
+			assert.Equal(t, []string{"opened", "forked", "released", "aged_out", "opened"}, *events)
+			next.Release(State{ResponseID: "r2"}, true)
+
+			clk.Add(time.Hour)
+			p.Sweep()
+			assert.False(t, next.Lane.Alive(), "an idle aged lane is closed by the sweeper")
+			assert.Equal(t, "aged_out", (*events)[len(*events)-1])
+			assert.Equal(t, 0, p.Len())
+		})
+	}
+}
+
 func TestCapacityWaitHasADeadlineAndKeepsTheClientAlive(t *testing.T) {
 	u := newUpstream(t)
 	p, clk, _ := newTestPool(t, PoolConfig{MaxLanesPerAccount: 1, WaitTimeout: 20 * time.Second})

@@ -86,6 +86,14 @@ type Turn struct {
 	// and clears it when the account changes: turn state is issued by, and
 	// only meaningful to, one account.
 	TurnState string
+	// Compaction marks the response to a compaction request (an input ending
+	// in compaction_trigger, or the legacy compact route, whose answer is
+	// Output). When Output holds a compaction item, the history becomes the
+	// compacted one (see CompactedHistory) instead of the input followed by
+	// the output: the response id resolves to it, a rebuild from it sends the
+	// compaction item and not the history it stands for, and the ids of the
+	// old history stop resolving past what the two share.
+	Compaction bool
 }
 
 // Snapshot is a copy of an entry's state; the relay reads it to choose and
@@ -204,7 +212,8 @@ func New(o Options) *Cache {
 // history) are kept, not copied again; an input that departs from the stored
 // history (a branch from an older response, a compaction, stripped
 // ciphertext) replaces it from the point where they differ, and response ids
-// past that point stop resolving. A history larger than MaxBytes is not
+// past that point stop resolving. A compaction (Turn.Compaction) commits the
+// compacted history the same way. A history larger than MaxBytes is not
 // retained. Commit keeps the entry alive and may evict others.
 func (c *Cache) Commit(k Key, t Turn) {
 	if t.ResponseID == "" {
@@ -219,6 +228,9 @@ func (c *Cache) Commit(k Key, t Turn) {
 		e = &entry{key: k, replayable: true}
 		e.elem = c.lru.PushFront(e)
 		c.entries[k] = e
+	}
+	if t.Compaction {
+		t = e.compacted(t)
 	}
 
 	// base: the stored items the full input starts with; rest: the input
@@ -516,6 +528,33 @@ func (c *Cache) evict() {
 	for c.lru.Len() > 1 && (c.lru.Len() > c.opts.MaxEntries || c.bytes > c.opts.MaxBytes) {
 		c.remove(c.lru.Back().Value.(*entry))
 	}
+}
+
+// compacted returns t as the commit of the compacted history: its whole
+// input (the entry's history behind its PreviousResponseID, then its items)
+// compacted with its output, chained to nothing. t is returned unchanged
+// when nothing was compacted, or when the history behind its chain is
+// unknown (the commit then leaves the entry unable to replay, as for any
+// turn whose history is unknown). c.mu must be held.
+func (e *entry) compacted(t Turn) Turn {
+	input := t.Input
+	if t.PreviousResponseID != "" {
+		n, ok := e.replayLen(t.PreviousResponseID)
+		if !ok {
+			return t
+		}
+		input = make([]json.RawMessage, 0, n+len(t.Input))
+		for _, it := range e.history[:n] {
+			input = append(input, it.raw)
+		}
+		input = append(input, t.Input...)
+	}
+	h, ok := CompactedHistory(input, t.Output)
+	if !ok {
+		return t
+	}
+	t.Input, t.Output, t.PreviousResponseID = h, nil, ""
+	return t
 }
 
 // replayLen returns the history length as of response id, if the entry can

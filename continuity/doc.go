@@ -15,7 +15,9 @@
 //
 // Items are opaque JSON objects, kept and passed on byte for byte: unknown
 // types and fields go through untouched. The package looks inside an item
-// only for type, call_id, file_id, encrypted_content and content parts.
+// only for type, call_id, file_id, encrypted_content and content parts, and
+// for a message's role when a compaction decides what the thread keeps
+// (CompactedHistory).
 // Request bodies are rewritten the same way: RequestFields reads a body,
 // WithFullInput replaces its input and drops previous_response_id, and every
 // other byte stays as the client sent it.

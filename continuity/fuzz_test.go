@@ -158,11 +158,21 @@ func FuzzItem(f *testing.F) {
 		`{"type":"reasoning","encrypted\u005fcontent":"x","encrypted_content":""}`,
 		`{"type":"message","content":[{"type":"input_image","file_id":"f","encrypted_content":"c"}]}`,
 		`{"type":"reasoning","encrypted_content":"x"`,
+		`{"type":"compaction","encrypted_content":"x"}`,
+		`{"type":"message","role":"developer","content":[]}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_ = inspect(b)
+		_ = EndsWithCompactionTrigger([]json.RawMessage{b})
+		if h, ok := CompactedHistory([]json.RawMessage{b}, []json.RawMessage{b}); ok {
+			for _, it := range h {
+				if !bytes.Equal(it, b) {
+					t.Fatalf("compacting %q made the item %q", b, it)
+				}
+			}
+		}
 		_ = SelfContained(Fields{Input: []json.RawMessage{b}})
 		out, stripped := StripReasoningCiphertext([]json.RawMessage{b})
 		if !stripped {

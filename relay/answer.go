@@ -119,10 +119,11 @@ func storeUnavailable(op string, err error) error {
 // failureFor maps every error that ends a request before (or instead of)
 // an upstream answer to what the client gets, and the class it is recorded
 // under. It is the one place such errors become client answers: a conflict
-// is 409; an unavailable owner or an exhausted pool is 429
-// usage_limit_reached with the reset time when one is known (Codex shows
-// "try again at"), else 503; a database that does not answer is 503
-// store_unavailable; a client that went away gets nothing (recorded as 499).
+// is 409; an unavailable owner, an exhausted pool, or a compaction whose
+// organisation has no account left is 429 usage_limit_reached with the
+// reset time when one is known (Codex shows "try again at"), else 503; a
+// database that does not answer is 503 store_unavailable; a client that
+// went away gets nothing (recorded as 499).
 // Messages never carry account ids, upstream URLs or dial errors.
 func failureFor(err error, now time.Time) (*failure, attemptClass) {
 	var conflict *conflictError
@@ -131,6 +132,7 @@ func failureFor(err error, now time.Time) (*failure, attemptClass) {
 	var refused *requestError
 	var st *storeError
 	var limited *keyLimitError
+	var stuck *compactionStuckError
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return &failure{status: statusClientClosed, err: apiError{Type: wire.TypeInvalidRequest, Code: "client_closed", Message: "the client went away"}}, classCancelled
@@ -147,6 +149,14 @@ func failureFor(err error, now time.Time) (*failure, attemptClass) {
 		}
 		return relayFailure(http.StatusServiceUnavailable, wire.TypeServerError, "continuity_owner_unavailable",
 			"the account that holds this conversation ("+owner.Source.describe()+") cannot serve: "+owner.Cause), classNoAccount
+	case errors.As(err, &stuck):
+		if !stuck.EarliestReset.IsZero() {
+			return usageLimitFailure(stuck.EarliestReset, now, "the accounts that can read this conversation are at their usage limit; "+
+				"it is compacted only there"), classNoAccount
+		}
+		return relayFailure(http.StatusServiceUnavailable, wire.TypeServerError, "compaction_unavailable",
+			"no account that can read this conversation can compact it now (paused, re-auth required or at capacity); "+
+				"it is compacted only there"), classNoAccount
 	case errors.As(err, &none):
 		if !none.EarliestReset.IsZero() {
 			return usageLimitFailure(none.EarliestReset, now, "every account in this key's scope is at its usage limit"), classNoAccount
@@ -175,7 +185,7 @@ func usageLimitFailure(until, now time.Time, msg string) *failure {
 		ResetsAt: until.Unix(), ResetsInSeconds: secs}}
 }
 
-// writeError answers an HTTP request with one error in the Responses shape.
+// writeError answers an HTTP request with one error in the OpenAI shape.
 func writeError(w http.ResponseWriter, status int, e apiError) {
 	b := errorJSON(e)
 	w.Header().Set("Content-Type", "application/json")
@@ -197,10 +207,9 @@ func (s *Server) writeFailure(w http.ResponseWriter, err error) {
 	writeError(w, f.status, f.err)
 }
 
-func errorJSON(e apiError) []byte {
-	b, _ := json.Marshal(wire.ErrorBody{Error: e})
-	return b
-}
+// errorJSON is an HTTP error body in the OpenAI shape (see openAIError),
+// which Codex and every other OpenAI client read.
+func errorJSON(e apiError) []byte { return openAIErrorJSON(e) }
 
 // errorEvent encodes a WebSocket error event as Codex reads it.
 func errorEvent(status int, e apiError) []byte {

@@ -33,7 +33,7 @@ type attemptResult struct {
 // WebSocket, else as a plain HTTP request.
 func (s *Server) attempt(ctx context.Context, r *request, p plan, ch choice, cl clientStream) attemptResult {
 	defer s.inFlight(ch.target.Account.ID)()
-	h := &head{recovery: p.recovery, notice: p.fallbackNotice(ch.target)}
+	h := &head{recovery: p.recovery, notice: p.fallbackNotice(ch.target), released: p.released}
 	if key, ok := cl.lane(r); ok && !s.httpOnly.has(ch.target.Account.ID, s.cfg.Now()) {
 		if res, done := s.attemptLane(ctx, r, p, ch, cl, h, key); done {
 			return res

@@ -75,8 +75,14 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch choice,
 			res.fail = failInterrupted()
 			return res
 		}
+		// A document is no turn: no turn state is issued for it. It is a
+		// compaction, whose output replaces the thread's history (under a
+		// response id of the relay's own when the upstream gave none).
 		tr := documentTracker(doc)
-		s.settle(ctx, r, ch, h, tr, nil) // a document is no turn: no turn state is issued for it
+		if tr.responseID == "" {
+			tr.responseID = "resp_relay_" + r.id
+		}
+		s.settle(ctx, r, ch, h, tr, p.input)
 		s.finishReservation(ctx, r, tr)
 		res.tr = *tr
 		if err := cl.reply(h, http.StatusOK, doc); err != nil {

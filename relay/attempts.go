@@ -73,6 +73,11 @@ func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
 			res.facts.Refreshed = s.refreshAfter401(ctx, ch.target, refreshed)
 		}
 		out := classify(res.facts)
+		if out.Class == classCancelled || out.Class == classClientStalled {
+			// The client went away: the attempt is recorded as closed by
+			// the client, whatever the upstream said after it left.
+			res.status = statusClientClosed
+		}
 		s.metrics.attempts.WithLabelValues(acct, string(out.Class), string(out.Action)).Inc()
 		log.attempt(n, acct, prev, out.Class, cmp.Or(out.Recovery, p.recovery), out.Action, res.status, res.code, res.detail, started, res.firstEvent)
 		log.served(acct, p.recovery, res)
@@ -165,8 +170,13 @@ type requestLog struct {
 }
 
 // attempt records one attempt (account "" for a request selection refused).
+// Every attempt of a compaction says so first in its detail, with how the
+// request was recognised as one.
 func (l *requestLog) attempt(seq int, account, from string, class attemptClass, recovery string, action nextAction, status int, code, detail string, started time.Time, first time.Duration) {
 	r := l.r
+	if r.compaction != "" {
+		detail = joinDetail("compaction ("+r.compaction+")", detail)
+	}
 	l.attempts = append(l.attempts, store.Attempt{RequestID: r.id, Seq: seq, ThreadKey: string(r.ident.Key), SessionID: r.ident.Session,
 		ThreadID: r.ident.Thread, AccountID: account, FromAccountID: from, Transport: r.transport, Class: string(class),
 		Recovery: recovery, Action: string(action), Status: status, ErrorCode: code, Detail: detail,

@@ -46,12 +46,16 @@ func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[str
 	if err != nil {
 		return ch, err
 	}
+	group := p.inGroup
+	if r.compaction != "" {
+		group = s.compactionPlace(r, prefs, cands).group(group)
+	}
 	for {
 		if p.force != "" {
 			// A recovery retry stays on its account, whatever selection would say.
 			ch.sel = selection{AccountID: p.force, Reason: reasonRecovery, Hard: true}
 		} else {
-			ch.sel, err = selectAccount(selectInput{Now: s.cfg.Now(), Owner: owner, Prefs: prefs, Candidates: cands, Exclude: exclude, Group: p.inGroup})
+			ch.sel, err = selectAccount(selectInput{Now: s.cfg.Now(), Owner: owner, Prefs: prefs, Candidates: cands, Exclude: exclude, Group: group})
 			if err != nil {
 				return ch, err
 			}
@@ -105,7 +109,8 @@ func (s *Server) evidenceOf(r *request, p plan, rows []store.Binding, lane strin
 
 // chooseFor selects the account for p's next attempt through every way out
 // the rules allow: when an unavailable owner may be retired (seed 003),
-// without it; when the pool is exhausted, in the fallback group. It returns
+// without it; when the pool is exhausted, in the fallback group, except
+// for a compaction, which stays where its history can be read. It returns
 // the plan those rules made.
 func (s *Server) chooseFor(ctx context.Context, r *request, p plan, exclude map[string]bool, lane string) (choice, plan, error) {
 	ch, err := s.choose(ctx, r, p, exclude, lane)
@@ -117,6 +122,9 @@ func (s *Server) chooseFor(ctx context.Context, r *request, p plan, exclude map[
 		if ch, err = s.choose(ctx, r, p, exclude, lane); err == nil {
 			return ch, p, nil
 		}
+	}
+	if r.compaction != "" {
+		return ch, p, compactionStuck(err)
 	}
 	if next, ok := s.fallBack(p, ch, err); ok {
 		p = next

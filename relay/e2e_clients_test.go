@@ -78,7 +78,10 @@ func TestClientThatStopsReadingIsLetGo(t *testing.T) {
 			srv.Start()
 			t.Cleanup(srv.Close)
 			thread := "019a2222-0000-7000-8000-00000000000" + map[string]string{"http": "1", "ws": "2"}[transport]
-			body := responseRequest("flood me [[sim:words 60000]]")
+			// The upstream is still answering when the client is let go
+			// (one that had finished keeps its lane: see
+			// TestClientLetGoAfterTheUpstreamFinishedKeepsTheLane).
+			body := responseRequest("flood me [[sim:words 60000]] [[sim:events 64]] [[sim:gap 50ms]]")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			hc := &http.Client{Transport: &http.Transport{DialContext: smallReader}}

@@ -56,6 +56,9 @@ const (
 	SourceSessionThread Source = "st" // process session and thread id
 	SourceThread        Source = "t"  // thread id alone (no session header)
 	SourceSession       Source = "s"  // process session alone (no thread id)
+	// SourceHint: a Chat Completions client's prompt_cache_key or user,
+	// for a client that sends no identity headers (see HintIdentity).
+	SourceHint Source = "h"
 )
 
 const keyVersion = "v1"
@@ -140,6 +143,19 @@ func DeriveIdentity(session, sessionHeader, thread string) Identity {
 	}
 	if session != "" {
 		id.SessionKey = deriveKey(SourceSession, session)
+	}
+	return id
+}
+
+// HintIdentity places a client that sent no identity headers by a value of
+// its body (a Chat client's prompt_cache_key or user, named by field): the
+// requests that carry the same value are one thread, with a key no header
+// can produce. The value is kept as the thread id for operators (bindings,
+// request log) when it is a usable id.
+func HintIdentity(field, value string) Identity {
+	id := Identity{Key: deriveKey(SourceHint, field, value), Source: SourceHint}
+	if v, err := normaliseID(field, value); err == nil {
+		id.Thread = v
 	}
 	return id
 }

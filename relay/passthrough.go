@@ -6,10 +6,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // serveModels answers GET .../models from an account the client may use:
-// the thread's account when it has one, else the balancer's choice.
+// the thread's account when it has one, else the balancer's choice. The
+// /v1 route answers the OpenAI list (serveModelList); the Codex route
+// passes the account's answer on.
 func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	cl, ident, ok := s.admitIdentified(w, r)
@@ -18,6 +21,10 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 	}
 	ch, ok := s.chooseOrAnswer(ctx, w, &request{client: cl, ident: ident, header: r.Header})
 	if !ok {
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		s.serveModelList(w, r, cl, ch)
 		return
 	}
 	url := ch.target.URL("/models")

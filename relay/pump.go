@@ -24,6 +24,11 @@ type eventSource interface {
 	// ctx has ended, and any other error (io.EOF: a clean end) when the
 	// source itself ended.
 	Next(ctx context.Context, idle time.Duration) ([]byte, error)
+	// Arrived returns the next event if it has arrived already, without
+	// waiting; ok is false when none is at hand. After the client went
+	// away, it tells an upstream that was still answering from one that had
+	// finished (its terminal event is at hand), whose lane may serve again.
+	Arrived() (data []byte, ok bool)
 	// stop releases the source's timer.
 	stop()
 }
@@ -55,6 +60,15 @@ func (s *laneSource) Next(ctx context.Context, idle time.Duration) ([]byte, erro
 		return nil, errStall
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+func (s *laneSource) Arrived() ([]byte, bool) {
+	select {
+	case data, ok := <-s.l.Events():
+		return data, ok
+	default:
+		return nil, false
 	}
 }
 
@@ -96,6 +110,10 @@ func (s *httpSource) Next(ctx context.Context, idle time.Duration) ([]byte, erro
 	return nil, err
 }
 
+// Arrived reports nothing: a client's hang-up cancels the upstream HTTP
+// request, whose connection serves no other request meanwhile.
+func (s *httpSource) Arrived() ([]byte, bool) { return nil, false }
+
 func (s *httpSource) stop() {
 	if s.t != nil {
 		s.t.Stop()
@@ -114,7 +132,8 @@ type pumpEnd struct {
 	firstOutput time.Duration
 	detail      string
 	// broken: the lane must not serve again (cut, stalled, or the client
-	// left mid-answer with the upstream still sending).
+	// left mid-answer with the upstream still sending: closing the lane is
+	// what cancels the upstream's request).
 	broken bool
 	// tooLarge: the upstream closed the connection on the message's size.
 	tooLarge bool
@@ -161,9 +180,20 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 		}
 		return cl.send(h, typ, data)
 	}
+	settled := false // the upstream's answer completed, and settle ran
+	// clientGone ends an attempt whose client went away (it hung up, often
+	// on purpose once it had what it wanted, or stopped reading): a
+	// cancellation, never the account's failure. The upstream's request is
+	// cancelled by closing its lane, unless the upstream had finished
+	// already: then the lane, and what it now holds, serve the thread's
+	// next request.
 	clientGone := func(err error) pumpEnd {
-		end.broken, end.detail = true, "client: "+err.Error()
+		end.detail = "client: " + err.Error()
 		end.facts = attemptEnd{Now: s.cfg.Now(), Committed: committed, Cancelled: true, ClientStalled: errors.Is(err, os.ErrDeadlineExceeded)}
+		end.broken = !settled && end.tr.terminal == "" && !s.finishUnheard(ctx, r, src, &end.tr, settle)
+		if !end.broken {
+			end.detail += " after the upstream's terminal event"
+		}
 		return end
 	}
 	for {
@@ -213,6 +243,7 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 		if completed {
 			foldLimits()
 			settle(&end.tr)
+			settled = true
 			s.finishReservation(ctx, r, &end.tr)
 		}
 		if end.firstOutput == 0 && isOutputDelta(typ) {
@@ -225,6 +256,31 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 			end.facts = attemptEnd{Now: s.cfg.Now(), Completed: true, Committed: true}
 			return end
 		}
+	}
+}
+
+// finishUnheard reads what the upstream sent that the client, gone, will
+// never hear, as far as it has arrived, and reports whether it ended with a
+// terminal event: the upstream has finished, its lane is sound. A completed
+// response is settled as if delivered (the upstream holds it, and the
+// thread's next request builds on it); its usage counts, and its usage
+// windows are folded with the stream's.
+func (s *Server) finishUnheard(ctx context.Context, r *request, src eventSource, tr *tracker, settle func(*tracker)) bool {
+	for {
+		data, ok := src.Arrived()
+		if !ok {
+			return false
+		}
+		typ, _ := wire.EventType(data)
+		tr.observe(typ, data)
+		if !wire.IsTerminal(typ) {
+			continue
+		}
+		if typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete {
+			settle(tr)
+			s.finishReservation(ctx, r, tr)
+		}
+		return true
 	}
 }
 

@@ -38,6 +38,9 @@ type request struct {
 	reserved bool
 	// turnState is the client's x-codex-turn-state, if any.
 	turnState string
+	// compaction says how the request is a compaction ("" when it is not;
+	// see compactionOf).
+	compaction string
 	// history is the whole input behind body: its own input or, when it
 	// chains with previous_response_id, the thread's history up to that
 	// response and then the new items, from continuity; nil when continuity
@@ -53,7 +56,8 @@ func (s *Server) newRequest(transport, path, sub string, cl client, ident Identi
 	fields := pol.fields
 	r := &request{id: store.NewID("req", now), start: now, transport: transport, path: path, sub: sub,
 		client: cl, ident: ident, header: header, body: pol.body, fields: fields, received: received,
-		asked: pol.asked, policy: pol.note, turnState: turnState}
+		asked: pol.asked, policy: pol.note, turnState: turnState,
+		compaction: compactionOf(transport, sub, fields, pol.body, header)}
 	switch prev := fields.PreviousResponseID; {
 	case prev == "":
 		r.history = fields.Input

@@ -41,7 +41,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 	}
 	fields, err := continuity.RequestFields(body)
 	if err != nil {
-		s.writeFailure(w, refuse(http.StatusBadRequest, "invalid_json", "the request body is not a valid Responses request: "+err.Error()))
+		s.writeFailure(w, refuse(http.StatusBadRequest, "invalid_json", "the request body is not a valid Responses request: "+strings.TrimPrefix(err.Error(), "request body: ")))
 		return
 	}
 	pol, err := cl.police(body, fields)
@@ -51,6 +51,13 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 	}
 	header := r.Header.Clone()
 	header.Del(HeaderHop)
+	// A request that asks for no stream gets the JSON response object, which
+	// the relay assembles from a stream: ChatGPT accounts only stream.
+	document := sub == "" && !fields.Stream
+	if document {
+		pol.body, pol.fields.Stream = withMember(pol.body, "stream", true), true
+		header.Set("Accept", "text/event-stream")
+	}
 	req := s.newRequest("http", r.URL.Path, sub, cl, ident, header, body, pol, strings.TrimSpace(r.Header.Get(wire.HeaderTurnState)))
 	req.hopFrom = hopFrom
 	if s.forward(w, r, req) {
@@ -59,5 +66,9 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 	sc := s.newSSEClient(w)
 	sc.r = req
 	defer sc.done()
-	s.attempts(r.Context(), req, sc)
+	var cs clientStream = sc
+	if document {
+		cs = &documentClient{sse: sc}
+	}
+	s.attempts(r.Context(), req, cs)
 }

@@ -266,7 +266,9 @@ func (s *Server) housekeep(ctx context.Context) {
 }
 
 // ServeHTTP routes Codex's requests. Paths are accepted under both upstream
-// flavours: /backend-api/codex/... (ChatGPT backend) and /v1/... (OpenAI).
+// flavours: /backend-api/codex/... (ChatGPT backend) and /v1/... (OpenAI);
+// /v1 also serves other OpenAI clients (Chat Completions, the OpenAI model
+// list).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rest, ok := cutPrefix(r.URL.Path, "/backend-api/codex", "/v1")
 	if !ok {
@@ -282,6 +284,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveResponses(w, r, "/compact")
 	case rest == "/models" && r.Method == http.MethodGet:
 		s.serveModels(w, r)
+	case rest == "/chat/completions" && r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/"):
+		s.serveChatCompletions(w, r)
 	case strings.HasPrefix(rest, "/thread/goal/") && r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/backend-api/codex/"):
 		s.serveGoal(w, r, strings.TrimPrefix(rest, "/thread/goal/"))
 	case rest == "/responses":

@@ -13,15 +13,25 @@ import (
 
 // settle records what a completed response leaves behind, before its
 // terminal event reaches the client (which may send its next request the
-// moment it reads it): who issued its turn state and produced its id, the
-// thread's continuity (input is the whole history the upstream saw; nil:
-// unknown, nothing is remembered), the binding plan and fresh soft rows, and
-// an account that served again after its reset.
+// moment it reads it): who issued its turn state (and where a turn state
+// this request released binds now) and produced its id, the thread's
+// continuity (input is the whole history the upstream saw; nil: unknown,
+// nothing is remembered; a compaction's answer replaces the history with the
+// compacted one), the binding plan and fresh soft rows, and an account that
+// served again after its reset.
 func (s *Server) settle(ctx context.Context, r *request, ch choice, h *head, tr *tracker, input []json.RawMessage) {
 	ctx = context.WithoutCancel(ctx)
 	acct := ch.target.Account.ID
 	if h.turnState != "" {
 		s.owners.put(turnStateKey(h.turnState), owner{account: acct, scope: r.client.scope(), proxy: h.proxy})
+	}
+	if h.released && r.turnState != "" {
+		// The client keeps the first turn state of a turn (over WebSocket
+		// the prewarm's) and echoes it on the turn's later requests: they
+		// follow this request to the account that answered it, rather than
+		// fail closed on the one that failed it. That account never issued
+		// the state, so it is not forwarded there.
+		s.owners.put(turnStateKey(r.turnState), owner{account: acct, scope: r.client.scope(), proxy: true})
 	}
 	if tr.responseID != "" {
 		s.owners.put(responseKey(tr.responseID), owner{account: acct, scope: r.client.scope()})
@@ -32,7 +42,7 @@ func (s *Server) settle(ctx context.Context, r *request, ch choice, h *head, tr 
 			ts = h.turnState
 		}
 		s.conts.Commit(r.contKey(), continuity.Turn{ResponseID: tr.responseID, Input: input, Output: tr.output,
-			AccountID: acct, Organization: ch.target.Account.Organization, TurnState: ts})
+			AccountID: acct, Organization: ch.target.Account.Organization, TurnState: ts, Compaction: r.compaction != ""})
 	}
 	if r.ident.Key != "" {
 		plan := planBinding(ch.sel, ch.prefs)

@@ -44,6 +44,10 @@ type head struct {
 	upstream http.Header
 	recovery string // the recovery that led to this attempt ("" none)
 	notice   string // the fallback notice ("" none)
+	// released: the account that issued the client's turn state failed this
+	// request before any work (plan.released); the state now binds the
+	// turn to the account that answers.
+	released bool
 	// tr follows the upstream's stream (its turn state, when it sends one).
 	tr *tracker
 	// turnState is the turn state the answer gives the client, once

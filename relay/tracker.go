@@ -52,7 +52,8 @@ type tracker struct {
 }
 
 // documentTracker reads what a JSON answer (the legacy compact route's)
-// used: it did work, and its usage when it reports one.
+// used and left: it did work, its id, usage and output items when it
+// reports them.
 func documentTracker(doc []byte) *tracker {
 	tr := &tracker{work: true}
 	var env responseEnvelope
@@ -60,6 +61,12 @@ func documentTracker(doc []byte) *tracker {
 	// "response" member of an event.
 	if json.Unmarshal(append(append([]byte(`{"response":`), doc...), '}'), &env) == nil {
 		tr.observeResponse(env)
+	}
+	var out struct {
+		Output []json.RawMessage `json:"output"`
+	}
+	if json.Unmarshal(doc, &out) == nil {
+		tr.output = out.Output
 	}
 	return tr
 }

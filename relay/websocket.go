@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -96,9 +97,12 @@ func (ws *wsSession) laneKey() bridge.Key {
 	return bridge.Key{Thread: string(ws.ident.Key), Scope: ws.client.scope(), Conn: ws.id}
 }
 
+// isNormalClose reports a client that ended its connection the ordinary
+// way: a close frame, or simply dropping the connection (Codex does so when
+// it exits after its final answer).
 func isNormalClose(err error) bool {
 	st := websocket.CloseStatus(err)
-	return st == websocket.StatusNormalClosure || st == websocket.StatusGoingAway || errors.Is(err, context.Canceled)
+	return st == websocket.StatusNormalClosure || st == websocket.StatusGoingAway || errors.Is(err, context.Canceled) || errors.Is(err, io.EOF)
 }
 
 // errSessionDone ends a session's goroutines once the client has gone.

@@ -11,11 +11,38 @@ root=$PWD
 
 log() { printf '== %s\n' "$*" >&2; }
 
-# --- Node packages: the real Codex CLI and playwright-core, pinned in package-lock.json.
-if [ ! -x node_modules/.bin/codex ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+# --- Node packages: the real Codex CLI, playwright-core and the OpenAI JS SDK, pinned in package-lock.json.
+if [ ! -x node_modules/.bin/codex ] || [ ! -f node_modules/openai/package.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   log "npm ci"
   npm ci --no-audit --no-fund --loglevel=error
 fi
+
+# --- The OpenAI Python SDK (PyPI's openai, pinned in relay/testdata/openai-sdk/requirements.txt) in a
+# virtual environment of the suite's own, made again only when the pin changed. Where no Python
+# package index answers, the SDK test is told why and skips instead of failing.
+pyreq=relay/testdata/openai-sdk/requirements.txt
+pyenv=test-output/openai-python
+if ! cmp -s "$pyreq" "$pyenv/requirements.txt" 2>/dev/null || [ ! -x "$pyenv/bin/python" ]; then
+  log "python venv with the OpenAI SDK ($pyenv)"
+  rm -rf "$pyenv"
+  mkdir -p test-output
+  if ! python3 -m venv "$pyenv" >/dev/null 2>&1; then
+    export CODEX_RELAY_OPENAI_PYTHON_UNAVAILABLE="python3 -m venv failed on this machine (Debian: install python3-venv)"
+    log "no Python venv: the Python SDK test will skip"
+  elif "$pyenv/bin/pip" install --quiet --disable-pip-version-check --no-input --retries 0 --timeout 10 -r "$pyreq" >"$pyenv/pip.log" 2>&1; then
+    cp "$pyreq" "$pyenv/requirements.txt"
+  else
+    tail -n 3 "$pyenv/pip.log" >&2
+    if grep -qiE "failed to establish a new connection|name or service not known|temporary failure in name resolution|network is unreachable|connection refused" "$pyenv/pip.log"; then
+      export CODEX_RELAY_OPENAI_PYTHON_UNAVAILABLE="pip could not reach a Python package index to install the pinned openai package on this machine"
+      log "no Python package index: the Python SDK test will skip"
+    else
+      echo "pip install -r $pyreq failed (see $pyenv/pip.log)" >&2
+      exit 1
+    fi
+  fi
+fi
+export CODEX_RELAY_OPENAI_PYTHON="$root/$pyenv/bin/python"
 
 # --- Chromium for the console tests, from Debian, only when missing.
 if ! command -v chromium >/dev/null 2>&1; then

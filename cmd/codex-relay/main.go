@@ -2,7 +2,8 @@
 // Responses endpoint that Codex talks to as it talks to OpenAI.
 //
 // Every subcommand reads its configuration from flags and CODEX_RELAY_*
-// environment variables here, in cmd/, and passes plain values down.
+// settings (environment variables, the files their _FILE variables name, or a
+// -config file; see configure) here, in cmd/, and passes plain values down.
 package main
 
 import (
@@ -51,19 +52,25 @@ type command struct {
 // commands lists every subcommand; "serve" is the default.
 func commands() map[string]command {
 	return map[string]command{
-		"serve":    {"run the relay (the default when no subcommand is given)", runServe},
-		"migrate":  {"apply the database migrations and exit", runMigrate},
-		"sim":      {"run the simulated upstream (ChatGPT backend and OpenAI Responses API)", runSim},
-		"demo":     {"run the relay in front of the simulated upstream, ready for Codex", runDemo},
-		"accounts": {"manage upstream accounts through the admin API (add, import, login, list, pause, resume, remove)", runAccounts},
-		"keys":     {"manage client keys through the admin API (create, list, revoke)", runKeys},
-		"bindings": {"list or reset bindings through the admin API (which account serves which thread)", runBindings},
-		"usage":    {"report requests, tokens, cost and errors by key, account, model, thread, day or hour (admin API)", runUsage},
-		"bench":    {"measure what the relay adds over the simulated upstream (latency, throughput, allocations)", runBench},
+		"serve":       {"run the relay (the default when no subcommand is given)", runServe},
+		"migrate":     {"apply the database migrations and exit", runMigrate},
+		"sim":         {"run the simulated upstream (ChatGPT backend and OpenAI Responses API)", runSim},
+		"demo":        {"run the relay in front of the simulated upstream, ready for Codex", runDemo},
+		"accounts":    {"manage upstream accounts through the admin API (add, import, login, list, pause, resume, remove)", runAccounts},
+		"keys":        {"manage client keys through the admin API (create, list, revoke)", runKeys},
+		"bindings":    {"list or reset bindings through the admin API (which account serves which thread)", runBindings},
+		"usage":       {"report requests, tokens, cost and errors by key, account, model, thread, day or hour (admin API)", runUsage},
+		"bench":       {"measure what the relay adds over the simulated upstream (latency, throughput, allocations)", runBench},
+		"version":     {"print the version, commit and Go version (-json)", runVersion},
+		"healthcheck": {"exit 0 when the relay on this host answers /healthz (the container image's HEALTHCHECK)", runHealthcheck},
 	}
 }
 
 func run(ctx context.Context, args []string, c cli) error {
+	args, c, err := configure(args, c)
+	if err != nil {
+		return err
+	}
 	cmds := commands()
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") && args[0] != "-h" && args[0] != "--help" && args[0] != "-help" {
 		return cmds["serve"].run(ctx, c, args)
@@ -92,8 +99,13 @@ func usage(w io.Writer, cmds map[string]command) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-9s %s\n", n, cmds[n].summary)
+		fmt.Fprintf(w, "  %-11s %s\n", n, cmds[n].summary)
 	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Every command takes -config FILE (or CODEX_RELAY_CONFIG): a YAML file whose keys are the")
+	fmt.Fprintln(w, "CODEX_RELAY_* variables in lower case without the prefix (database_url: ...). Each variable may")
+	fmt.Fprintln(w, "also name a file holding its value with a _FILE suffix (CODEX_RELAY_SECRET_KEY_FILE=/run/secrets/key).")
+	fmt.Fprintln(w, "Precedence: flag > environment > *_FILE > config file > default.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'codex-relay <command> --help' for the flags of one command.")
 }
@@ -106,9 +118,19 @@ func newFlagSet(c cli, name, purpose string) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprintf(c.stderr, "Usage: codex-relay %s [flags]\n\n%s\n\nFlags:\n", name, purpose)
 		fs.PrintDefaults()
+		fmt.Fprint(c.stderr, configNote)
 	}
 	return fs
 }
+
+// configNote ends every command's -help: the settings every flag's default
+// comes from (see configure).
+const configNote = `  -config FILE
+    	a YAML file of settings, keyed by the variables' names in lower case without
+    	CODEX_RELAY_ (env CODEX_RELAY_CONFIG); any variable may instead name a file
+    	holding its value with a _FILE suffix. Precedence: flag > environment >
+    	*_FILE > config file > default
+`
 
 // withEnvNotes adds the secrets that are read only from the environment
 // (never flags, so they do not show in process listings) to a usage text.
@@ -116,7 +138,7 @@ func withEnvNotes(usage func(), c cli) func() {
 	return func() {
 		usage()
 		fmt.Fprint(c.stderr, `
-Environment only (secrets are never flags):
+Environment, *_FILE or config file only (secrets are never flags):
   CODEX_RELAY_ADMIN_TOKEN   admin API and console token; when unset one is generated,
                             printed once and kept (hashed) in the database
   CODEX_RELAY_SECRET_KEY    key that encrypts account credentials at rest (16+ characters);
@@ -126,7 +148,9 @@ Environment only (secrets are never flags):
 	}
 }
 
-// envOr returns the environment variable key when it is set and not blank, else def.
+// envOr returns the setting key (from the environment, its _FILE or the
+// configuration file, as configure resolved it) when it is set and not blank,
+// else def.
 func envOr(c cli, key, def string) string {
 	if v := strings.TrimSpace(c.getenv(key)); v != "" {
 		return v

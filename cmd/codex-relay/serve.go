@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/net/http/httpproxy"
 
+	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/oauth"
 	"github.com/codexrelay/codex-relay/relay/store"
@@ -36,6 +38,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	advertise := fs.String("advertise-url", envOr(c, "CODEX_RELAY_ADVERTISE_URL", ""), "base URL the other replicas reach this one at, to forward a thread's requests to the replica holding its lane (env CODEX_RELAY_ADVERTISE_URL); default http://<listen address>, or none when listening on all interfaces without it")
 	tz := fs.String("timezone", envOr(c, "CODEX_RELAY_TIMEZONE", "UTC"), "IANA time zone of the calendar budget windows (day, week, month) and of the usage reports' days and hours (env CODEX_RELAY_TIMEZONE), such as Europe/Berlin")
 	envProxyMode := fs.String("env-proxy", envOr(c, "CODEX_RELAY_ENV_PROXY", "use"), "whether accounts without a proxy_url of their own go through the proxy of HTTPS_PROXY, HTTP_PROXY and NO_PROXY (env CODEX_RELAY_ENV_PROXY): use or ignore")
+	laneMaxAgeText := fs.String("lane-max-age", envOr(c, "CODEX_RELAY_LANE_MAX_AGE", defaultLaneMaxAge.String()), "age at which an upstream WebSocket lane is replaced, at its next turn boundary, ahead of the upstream's 60-minute connection limit (env CODEX_RELAY_LANE_MAX_AGE): a duration above 0 and below 60m; the margin below 60m must cover the longest turn")
 	fs.Usage = withEnvNotes(fs.Usage, c)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -58,6 +61,10 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	laneMaxAge, err := parseLaneMaxAge(*laneMaxAgeText)
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(c.stderr, db.logFormat, db.logLevel)
 	if err != nil {
 		return err
@@ -69,7 +76,31 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	defer st.Close()
 
 	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel,
-		secret: secret, advertise: *advertise, retention: retention, location: loc, envProxy: envProxy}, nil)
+		secret: secret, advertise: *advertise, retention: retention, location: loc, envProxy: envProxy, laneMaxAge: laneMaxAge}, nil)
+}
+
+// defaultLaneMaxAge is the lane age limit unless the operator says
+// otherwise: five minutes below the upstream's limit.
+const defaultLaneMaxAge = 55 * time.Minute
+
+// upstreamConnectionLimit is how long the upstream keeps a WebSocket open
+// (websocket_connection_limit_reached after it).
+const upstreamConnectionLimit = 60 * time.Minute
+
+// parseLaneMaxAge reads -lane-max-age: a duration above zero and below the
+// upstream's connection limit, or a lane would meet the limit mid-turn.
+func parseLaneMaxAge(text string) (time.Duration, error) {
+	d, err := time.ParseDuration(text)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("serve: -lane-max-age (CODEX_RELAY_LANE_MAX_AGE) %q: give a duration such as 55m", text)
+	case d <= 0:
+		return 0, fmt.Errorf("serve: -lane-max-age (CODEX_RELAY_LANE_MAX_AGE) %s: must be above zero", text)
+	case d >= upstreamConnectionLimit:
+		return 0, fmt.Errorf("serve: -lane-max-age (CODEX_RELAY_LANE_MAX_AGE) %s: must be below the upstream's %s connection limit, with a margin for the longest turn (default %s)",
+			text, "60m", defaultLaneMaxAge)
+	}
+	return d, nil
 }
 
 // environmentProxy is the proxy of accounts that name none: with mode
@@ -116,6 +147,9 @@ type relayOptions struct {
 	// envProxy picks the proxy of accounts without one of their own; nil
 	// sends them direct (see environmentProxy).
 	envProxy func(*http.Request) (*url.URL, error)
+	// laneMaxAge is the age at which an upstream lane is replaced at its
+	// next turn boundary; 0 the default (55 minutes).
+	laneMaxAge time.Duration
 }
 
 // serveRelay assembles the relay and its web front on st and serves on addr
@@ -140,7 +174,8 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 		advertise = advertiseURL(ln.Addr())
 	}
 	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel,
-		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}, Retention: opts.retention, Location: opts.location})
+		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}, Retention: opts.retention, Location: opts.location,
+		Bridge: bridge.PoolConfig{MaxAge: cmp.Or(opts.laneMaxAge, defaultLaneMaxAge)}})
 	rctx, stopRelay := context.WithCancel(ctx)
 	var background sync.WaitGroup
 	background.Add(2)
@@ -170,7 +205,8 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("codex-relay listening", "addr", ln.Addr().String(), "database", st.Location().String())
+	log.Info("codex-relay listening", "addr", ln.Addr().String(), "database", st.Location().String(),
+		"lane_max_age", cmp.Or(opts.laneMaxAge, defaultLaneMaxAge).String())
 	if onListen != nil {
 		onListen(ln.Addr().String())
 	}

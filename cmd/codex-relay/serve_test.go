@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/url"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -64,4 +65,39 @@ func TestServeHidesTheDatabasePassword(t *testing.T) {
 			assert.NotContains(t, r.stdout.String(), s)
 		}
 	})
+}
+
+// The lane age limit is the operator's: CODEX_RELAY_LANE_MAX_AGE or
+// -lane-max-age, 55 minutes by default, and never zero or at the
+// upstream's 60-minute limit or past it.
+func TestServeLaneMaxAge(t *testing.T) {
+	t.Run("refused", func(t *testing.T) {
+		for _, tc := range []struct {
+			env  string
+			args []string
+			want string
+		}{
+			{"0", nil, "must be above zero"},
+			{"-5m", nil, "must be above zero"},
+			{"60m", nil, "must be below the upstream's 60m connection limit"},
+			{"2h", nil, "must be below the upstream's 60m connection limit"},
+			{"soon", nil, "give a duration such as 55m"},
+			{"", []string{"serve", "-lane-max-age", "61m"}, "-lane-max-age"},
+		} {
+			var out, errOut logbuf.Buffer
+			env := map[string]string{"CODEX_RELAY_LANE_MAX_AGE": tc.env}
+			err := run(context.Background(), tc.args, cli{stdout: &out, stderr: &errOut, getenv: func(k string) string { return env[k] }})
+			require.Error(t, err, "%q %v", tc.env, tc.args)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Contains(t, err.Error(), "CODEX_RELAY_LANE_MAX_AGE", "the message names the setting")
+		}
+	})
+	for _, tc := range []struct{ env, want string }{{"", "55m0s"}, {"10m", "10m0s"}} {
+		t.Run("serving with "+tc.want, func(t *testing.T) {
+			r := start(t, map[string]string{"CODEX_RELAY_DATABASE_URL": filepath.Join(t.TempDir(), "relay.db"),
+				"CODEX_RELAY_ADMIN_TOKEN": "an-admin-token-from-the-env", "CODEX_RELAY_LOG_FORMAT": "text", "CODEX_RELAY_LANE_MAX_AGE": tc.env})
+			require.NoError(t, r.stop())
+			assert.Contains(t, r.stderr.String(), "lane_max_age="+tc.want)
+		})
+	}
 }

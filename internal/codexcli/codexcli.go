@@ -61,6 +61,16 @@ type Provider struct {
 	StreamMaxRetries  *int
 	// StreamIdleTimeout, when positive, is stream_idle_timeout_ms.
 	StreamIdleTimeout time.Duration
+	// Name is the provider's name; default "relay". Codex compacts remotely
+	// (a request whose input ends in compaction_trigger, answered with one
+	// compaction item) only for a provider named "OpenAI"; for any other it
+	// summarises the history itself with an ordinary request.
+	Name string
+	// ModelContextWindow and AutoCompactTokenLimit, when positive, are
+	// model_context_window and model_auto_compact_token_limit: small values
+	// drive Codex past its auto-compaction threshold.
+	ModelContextWindow    int
+	AutoCompactTokenLimit int
 }
 
 // Codex is one configured Codex installation for a test: the binary, a
@@ -137,8 +147,8 @@ func newWith(t testing.TB, p Provider, binary func() (string, error)) *Codex {
 }
 
 // ConfigTOML renders the config.toml for p: the provider is named "relay"
-// (not "OpenAI", which would switch on remote compaction), update checks and
-// analytics are off.
+// unless p names it (not "OpenAI" by default, which would switch on remote
+// compaction), update checks and analytics are off.
 func ConfigTOML(p Provider) string {
 	model := p.Model
 	if model == "" {
@@ -148,13 +158,23 @@ func ConfigTOML(p Provider) string {
 	if envKey == "" {
 		envKey = DefaultEnvKey
 	}
+	name := p.Name
+	if name == "" {
+		name = "relay"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "model = %s\n", strconv.Quote(model))
 	b.WriteString("model_provider = \"relay\"\n")
-	b.WriteString("check_for_update_on_startup = false\n\n")
-	b.WriteString("[analytics]\nenabled = false\n\n")
+	b.WriteString("check_for_update_on_startup = false\n")
+	if p.ModelContextWindow > 0 {
+		fmt.Fprintf(&b, "model_context_window = %d\n", p.ModelContextWindow)
+	}
+	if p.AutoCompactTokenLimit > 0 {
+		fmt.Fprintf(&b, "model_auto_compact_token_limit = %d\n", p.AutoCompactTokenLimit)
+	}
+	b.WriteString("\n[analytics]\nenabled = false\n\n")
 	b.WriteString("[model_providers.relay]\n")
-	b.WriteString("name = \"relay\"\n")
+	fmt.Fprintf(&b, "name = %s\n", strconv.Quote(name))
 	fmt.Fprintf(&b, "base_url = %s\n", strconv.Quote(p.BaseURL))
 	b.WriteString("wire_api = \"responses\"\n")
 	fmt.Fprintf(&b, "env_key = %s\n", strconv.Quote(envKey))

@@ -131,7 +131,7 @@ func (s *Server) handleGoal(w http.ResponseWriter, r *http.Request) {
 	}
 	var payload map[string]json.RawMessage
 	if err := json.Unmarshal(body, &payload); err != nil {
-		bad("invalid JSON body: " + err.Error())
+		bad(plainDecodeError(err).Error())
 		return
 	}
 	var thread string
@@ -189,7 +189,7 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 			RefreshToken string `json:"refresh_token"`
 		}
 		if err := json.Unmarshal(body, &p); err != nil {
-			bad(http.StatusBadRequest, wire.Error{Type: wire.TypeInvalidRequest, Message: "invalid JSON body: " + err.Error()})
+			bad(http.StatusBadRequest, wire.Error{Type: wire.TypeInvalidRequest, Message: plainDecodeError(err).Error()})
 			return
 		}
 		grantType, refreshToken = p.GrantType, p.RefreshToken

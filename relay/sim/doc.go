@@ -29,7 +29,10 @@
 //     refresh token is refused (401, code refresh_token_reused). See
 //     Account.RevokeOldAccessToken and Account.AccessTokenTTL for expiry.
 //
-// Request bodies may be zstd-encoded. A response streams response.created,
+// Request bodies may be zstd-encoded. The input may be a string (one user
+// message) or items, and a message may come without its type and with a
+// string content, as the Responses API accepts them; a body of the wrong
+// shape is refused with a plain sentence naming the field. A response streams response.created,
 // a reasoning item (with encrypted_content), then the output items
 // (output_item.added, the deltas, output_item.done) and response.completed
 // with the response id and usage. A generate:false request (Codex's

@@ -52,9 +52,14 @@ const (
 	// Codex use HTTP for the session.
 	FaultRefuseWebSocket FaultKind = "refuse_websocket"
 	// FaultWebSocketMaxAge gives the WebSocket connections it applies to (at
-	// the handshake) a maximum age of MaxAge: when it passes, the sim sends
-	// an error event websocket_connection_limit_reached and closes the
-	// connection, at once when idle, else after the response in flight.
+	// the handshake) a maximum age of MaxAge, a hard limit like the
+	// upstream's 60 minutes: when it passes, the sim sends an error event
+	// websocket_connection_limit_reached (status 400) and closes the
+	// connection. An idle connection gets it at once; a response streaming
+	// then is cut by it (the error event comes instead of the rest of the
+	// response, before any output if none was sent yet); a message that
+	// arrives after the age gets it as its answer. The record of a message
+	// the limit answered or cut shows the error and the fault.
 	FaultWebSocketMaxAge FaultKind = "websocket_max_age"
 )
 

@@ -326,19 +326,38 @@ func TestWebSocketMaxAge(t *testing.T) {
 	c := clientFor(t, upstream, "a1")
 	ctx := testCtx(t, 5*time.Second)
 
-	// A response in flight when the age passes is finished first; then the
-	// limit error and the close.
+	// The limit is hard: a response that has not begun when the age passes
+	// is answered by the limit error alone, then the connection closes.
 	conn := c.mustDial(ctx)
 	evs, err := wsTurn(ctx, t, conn, prompt(t, "slow [[sim:delay 250ms]]"))
 	require.NoError(t, err)
-	assert.Equal(t, wire.EventResponseCompleted, evs[len(evs)-1].Type)
-	evs, err = wsRead(ctx, conn)
-	require.NoError(t, err)
+	require.Len(t, evs, 1, "nothing of the response was sent")
 	ev, ok := wire.ParseErrorEvent(evs[0].Data)
 	require.True(t, ok)
 	assert.Equal(t, wire.CodeWebSocketConnectionLimitReached, ev.Error.Code)
 	_, _, err = conn.Read(ctx)
 	assert.Equal(t, websocket.StatusNormalClosure, websocket.CloseStatus(err))
+
+	// A response streaming when the age passes is cut by it.
+	streaming := newSim(t, Config{Faults: []Fault{{Kind: FaultWebSocketMaxAge, MaxAge: Duration(500 * time.Millisecond)}}})
+	sconn := clientFor(t, streaming, "a1").mustDial(ctx)
+	evs, err = wsTurn(ctx, t, sconn, prompt(t, "long [[sim:events 300]] [[sim:gap 10ms]]"))
+	require.NoError(t, err)
+	last := evs[len(evs)-1]
+	require.Equal(t, wire.EventError, last.Type, "the limit came instead of response.completed")
+	ev, ok = wire.ParseErrorEvent(last.Data)
+	require.True(t, ok)
+	assert.Equal(t, wire.CodeWebSocketConnectionLimitReached, ev.Error.Code)
+	assert.NotEmpty(t, find(evs, wire.EventOutputTextDelta), "output had begun")
+	_, _, err = sconn.Read(ctx)
+	assert.Equal(t, websocket.StatusNormalClosure, websocket.CloseStatus(err))
+	for _, up := range []*Server{upstream, streaming} {
+		recs := up.Records(RecordFilter{Kind: RecordMessage})
+		require.Len(t, recs, 1)
+		assert.Equal(t, wire.CodeWebSocketConnectionLimitReached, recs[0].ErrorCode, "the record shows the limit")
+		assert.Equal(t, FaultWebSocketMaxAge, recs[0].Fault)
+		assert.Equal(t, OutcomeError, recs[0].Outcome)
+	}
 
 	// An idle connection is closed when the age passes.
 	conn = c.mustDial(ctx)

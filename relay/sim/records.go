@@ -97,6 +97,7 @@ type Record struct {
 	PromptCacheKey     string       `json:"prompt_cache_key,omitempty"`
 	PreviousResponseID string       `json:"previous_response_id,omitempty"`
 	Generate           *bool        `json:"generate,omitempty"`
+	Stream             bool         `json:"stream,omitempty"` // a WebSocket message has none
 	InputCount         int          `json:"input_count"`
 	InputTypes         []string     `json:"input_types,omitempty"`
 	ToolOutputs        []ToolOutput `json:"tool_outputs,omitempty"`
@@ -303,6 +304,7 @@ func (ref recordRef) noteRequest(req *responseRequest) {
 		}
 		r.PromptCacheKey = req.PromptCacheKey
 		r.PreviousResponseID = req.PreviousResponseID
+		r.Stream = req.Stream
 		if req.Generate != nil {
 			g := *req.Generate
 			r.Generate = &g

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
@@ -18,7 +19,7 @@ import (
 type responseRequest struct {
 	Type               string                     `json:"type"` // "response.create" over WebSocket
 	Model              string                     `json:"model"`
-	Input              []inputItem                `json:"input"`
+	Input              inputList                  `json:"input"`
 	Tools              []toolSpec                 `json:"tools"`
 	PreviousResponseID string                     `json:"previous_response_id"`
 	PromptCacheKey     string                     `json:"prompt_cache_key"`
@@ -26,6 +27,7 @@ type responseRequest struct {
 	ClientMetadata     map[string]json.RawMessage `json:"client_metadata"`
 	Instructions       string                     `json:"instructions"`
 	ServiceTier        string                     `json:"service_tier"`
+	Stream             bool                       `json:"stream"`
 	Reasoning          *struct {
 		Effort string `json:"effort"`
 	} `json:"reasoning"`
@@ -46,6 +48,53 @@ type inputItem struct {
 	Input            string          `json:"input"`
 	Output           json.RawMessage `json:"output"`
 	EncryptedContent *string         `json:"encrypted_content"`
+}
+
+// inputList is a request's input: an array of items, or a string, which
+// the Responses API takes as one user message with that text. A message
+// may come without its type, and with a string content.
+type inputList []inputItem
+
+func (l *inputList) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var text string
+		if err := json.Unmarshal(b, &text); err != nil {
+			return err
+		}
+		content, _ := json.Marshal(text) // a string content, as the API accepts it
+		*l = inputList{{Type: "message", Role: "user", Content: content}}
+		return nil
+	}
+	if len(b) > 0 && b[0] != '[' && string(b) != "null" {
+		return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeFor[inputList]()}
+	}
+	var items []inputItem
+	if err := json.Unmarshal(b, &items); err != nil {
+		return err
+	}
+	for i := range items {
+		if items[i].Type == "" && items[i].Role != "" {
+			items[i].Type = "message" // {"role","content"}: the API's short message form
+		}
+	}
+	*l = items
+	return nil
+}
+
+// jsonKind names the JSON type of the value b starts with.
+func jsonKind(b []byte) string {
+	switch b[0] {
+	case '{':
+		return "object"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	case '"':
+		return "string"
+	}
+	return "number"
 }
 
 // toolSpec is one entry of a request's tools: its type ("function",
@@ -87,11 +136,12 @@ func requestKind(turnMetadata string) string {
 	return md.RequestKind
 }
 
-// parseResponseRequest decodes a request body.
+// parseResponseRequest decodes a request body. Its errors are plain
+// sentences, as the API's are: they name the field, never a Go type.
 func parseResponseRequest(body []byte) (*responseRequest, error) {
 	var req responseRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("invalid JSON body: %w", err)
+		return nil, plainDecodeError(err)
 	}
 	var raw struct {
 		Input json.RawMessage `json:"input"`
@@ -99,6 +149,37 @@ func parseResponseRequest(body []byte) (*responseRequest, error) {
 	_ = json.Unmarshal(body, &raw)
 	req.inputBytes = len(raw.Input)
 	return &req, nil
+}
+
+// plainDecodeError turns a JSON decoding error into the sentence a client
+// reads: a field of the wrong type is named with the JSON type it should
+// have, anything else is invalid JSON.
+func plainDecodeError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		want := "a value of another type"
+		switch te.Type.Kind() {
+		case reflect.String:
+			want = "a string"
+		case reflect.Bool:
+			want = "a boolean"
+		case reflect.Int, reflect.Int64, reflect.Float64:
+			want = "a number"
+		case reflect.Slice:
+			want = "an array"
+		case reflect.Struct, reflect.Map:
+			want = "an object"
+		}
+		if te.Type == reflect.TypeFor[inputList]() {
+			want = "a string or an array of items"
+		}
+		field := te.Field
+		if field == "" {
+			return fmt.Errorf("the request body must be a JSON object, not %s", te.Value)
+		}
+		return fmt.Errorf("invalid type for '%s': expected %s, got %s", field, want, te.Value)
+	}
+	return errors.New("the request body is not valid JSON")
 }
 
 // text returns the concatenated text parts of a message item's content,

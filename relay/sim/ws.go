@@ -167,26 +167,31 @@ func (s *Server) serveConn(conn *wsConn, r *http.Request) {
 		}
 	})
 
-	var expired <-chan time.Time
+	// aged ends when the connection reaches its maximum age (never, without
+	// one): an idle connection is closed then, a response streaming then is
+	// cut by the limit, as the upstream's hard limit does.
+	aged := ctx
 	if conn.maxAge > 0 {
-		t := time.NewTimer(conn.maxAge)
-		defer t.Stop()
-		expired = t.C
+		var stop context.CancelFunc
+		aged, stop = context.WithDeadline(ctx, conn.started.Add(conn.maxAge))
+		defer stop()
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-expired:
-			s.closeAged(ctx, conn, nil)
+		case <-aged.Done():
+			if ctx.Err() == nil {
+				s.closeAged(ctx, conn, nil)
+			}
 			return
 		case data := <-msgs:
 			ref := s.rec.add(s.messageRecord(r, conn))
-			if conn.maxAge > 0 && time.Since(conn.started) >= conn.maxAge {
+			if aged.Err() != nil {
 				s.closeAged(ctx, conn, &ref)
 				return
 			}
-			if !s.answerMessage(ctx, conn, data, ref) {
+			if !s.answerMessage(ctx, aged, conn, data, ref) {
 				return
 			}
 		}
@@ -202,7 +207,9 @@ func (s *Server) messageRecord(r *http.Request, conn *wsConn) Record {
 }
 
 // closeAged ends a connection past its maximum age the way the upstream
-// does after 60 minutes: an error event, then a close.
+// does after 60 minutes: an error event (the answer of the message in ref,
+// if any: one that arrived late, or one whose response the limit cut), then
+// a close.
 func (s *Server) closeAged(ctx context.Context, conn *wsConn, ref *recordRef) {
 	e := wire.Error{Type: wire.TypeInvalidRequest, Code: wire.CodeWebSocketConnectionLimitReached,
 		Message: fmt.Sprintf("Responses websocket connection limit reached (%s). Create a new websocket connection to continue.", conn.maxAge)}
@@ -228,8 +235,10 @@ func (s *Server) sendEvent(ctx context.Context, conn *wsConn, v any) error {
 }
 
 // answerMessage answers one message; it reports whether the connection
-// stays open.
-func (s *Server) answerMessage(ctx context.Context, conn *wsConn, data []byte, ref recordRef) bool {
+// stays open. aged ends when the connection reaches its maximum age: a
+// response still streaming then ends with the limit's error event, and the
+// connection closes.
+func (s *Server) answerMessage(ctx, aged context.Context, conn *wsConn, data []byte, ref recordRef) bool {
 	reject := func(status int, e wire.Error, rl *wire.RateLimits) bool {
 		var h http.Header
 		if rl != nil {
@@ -278,7 +287,14 @@ func (s *Server) answerMessage(ctx context.Context, conn *wsConn, data []byte, r
 	}
 	ref.update(func(r *Record) { r.ResponseID = v.responseID })
 
-	outcome := s.stream(ctx, &wsSink{c: conn.ws, timeout: s.cfg.WriteTimeout}, append(pre, v.events...), &v, ref)
+	// The stream's waits end with the connection's age; its writes only
+	// with the connection (a write cut by a deadline would close it).
+	sk := fixedCtxSink{sink: &wsSink{c: conn.ws, timeout: s.cfg.WriteTimeout}, ctx: ctx}
+	outcome := s.stream(aged, sk, append(pre, v.events...), &v, ref)
+	if (outcome == OutcomeGone || outcome == OutcomeStalled) && ctx.Err() == nil && aged.Err() != nil {
+		s.closeAged(ctx, conn, &ref)
+		return false
+	}
 	ref.finish(http.StatusOK, outcome, s.cfg.Now())
 	switch outcome {
 	case OutcomeCompleted:
@@ -291,6 +307,15 @@ func (s *Server) answerMessage(ctx context.Context, conn *wsConn, data []byte, r
 	}
 	return false
 }
+
+// fixedCtxSink sends through sink on ctx, whatever context the stream
+// passes.
+type fixedCtxSink struct {
+	sink
+	ctx context.Context
+}
+
+func (k fixedCtxSink) send(_ context.Context, data []byte) error { return k.sink.send(k.ctx, data) }
 
 // wsSink writes events as text frames, each under a write deadline.
 type wsSink struct {

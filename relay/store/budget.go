@@ -139,40 +139,38 @@ func (s *Store) budgetState(ctx context.Context, q querier, k ClientKey, replica
 		args = append(args, start.UnixMilli())
 		idx = append(idx, i)
 	}
-	if len(sums) > 0 {
-		query := `SELECT ` + strings.Join(sums, ", ") + ` FROM requests WHERE client_key_id = ? AND charged = 1 AND started_at >= ?`
-		vals, err := s.queryRow(ctx, q, query, append(args, k.ID, earliest.UnixMilli())...)
-		if err != nil {
-			return st, fmt.Errorf("read settled use: %w", err)
-		}
-		for j, i := range idx {
-			switch k.Limits[i].Metric {
-			case budget.Requests:
-				st.Settled[i].Requests = vals[j]
-			case budget.Tokens:
-				st.Settled[i].Tokens = vals[j]
-			case budget.CostUSD:
-				st.Settled[i].CostNanos = vals[j]
-			}
-		}
-	}
-	var res struct {
-		N        int64 `db:"n"`
-		InFlight int64 `db:"in_flight"`
-		Tokens   int64 `db:"tokens"`
-		Cost     int64 `db:"cost"`
-	}
+	// One statement, so one snapshot on PostgreSQL: a request settling
+	// meanwhile (its row written, its reservation deleted) is seen on one
+	// side or the other, never on neither.
 	young := min(liveSince.UnixMilli(), now.Add(-reservationYoung).UnixMilli())
-	err := q.GetContext(ctx, &res, s.q(`SELECT COUNT(*) AS n, COALESCE(SUM(1 - done), 0) AS in_flight,
+	reserved := `SELECT COUNT(*) AS n, COALESCE(SUM(1 - done), 0) AS in_flight,
 		COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost_nanos), 0) AS cost
 		FROM key_reservations WHERE key_id = ?
-		AND (replica_id = ? OR created_at >= ? OR replica_id IN (SELECT id FROM replicas WHERE heartbeat_at >= ?))`),
-		k.ID, replica, young, liveSince.UnixMilli())
-	if err != nil {
-		return st, fmt.Errorf("read reservations: %w", err)
+		AND (replica_id = ? OR created_at >= ? OR replica_id IN (SELECT id FROM replicas WHERE heartbeat_at >= ?))`
+	query := `SELECT r.* FROM (` + reserved + `) r`
+	qargs := []any{k.ID, replica, young, liveSince.UnixMilli()}
+	if len(sums) > 0 {
+		query = `SELECT u.*, r.* FROM (SELECT ` + strings.Join(sums, ", ") + ` FROM requests
+			WHERE client_key_id = ? AND charged = 1 AND started_at >= ?) u, (` + reserved + `) r`
+		qargs = append(append(args, k.ID, earliest.UnixMilli()), qargs...)
 	}
-	st.Reserved = budget.Use{Requests: res.N, Tokens: res.Tokens, CostNanos: res.Cost}
-	st.InFlight = res.InFlight
+	vals, err := s.queryRow(ctx, q, query, qargs...)
+	if err != nil {
+		return st, fmt.Errorf("read budget use: %w", err)
+	}
+	for j, i := range idx {
+		switch k.Limits[i].Metric {
+		case budget.Requests:
+			st.Settled[i].Requests = vals[j]
+		case budget.Tokens:
+			st.Settled[i].Tokens = vals[j]
+		case budget.CostUSD:
+			st.Settled[i].CostNanos = vals[j]
+		}
+	}
+	rv := vals[len(idx):]
+	st.Reserved = budget.Use{Requests: rv[0], Tokens: rv[2], CostNanos: rv[3]}
+	st.InFlight = rv[1]
 	return st, nil
 }
 
