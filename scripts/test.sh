@@ -33,7 +33,7 @@ if ! cmp -s "$pyreq" "$pyenv/requirements.txt" 2>/dev/null || [ ! -x "$pyenv/bin
     cp "$pyreq" "$pyenv/requirements.txt"
   else
     tail -n 3 "$pyenv/pip.log" >&2
-    if grep -qiE "failed to establish a new connection|name or service not known|temporary failure in name resolution|network is unreachable|connection refused" "$pyenv/pip.log"; then
+    if grep -qiE "from versions: none|failed to establish a new connection|name or service not known|temporary failure in name resolution|network is unreachable|connection refused" "$pyenv/pip.log"; then
       export CODEX_RELAY_OPENAI_PYTHON_UNAVAILABLE="pip could not reach a Python package index to install the pinned openai package on this machine"
       log "no Python package index: the Python SDK test will skip"
     else
