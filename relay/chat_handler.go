@@ -22,30 +22,9 @@ import (
 // sends them, else its prompt_cache_key, else its user (HintIdentity);
 // with none of them each request stands alone (no binding, no lane).
 func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request) {
-	var body []byte
-	hopFrom := ""
-	vouch := func() bool {
-		if r.Header.Get(HeaderHop) == "" || len(s.cfg.Replica.HopKey) == 0 {
-			return false
-		}
-		b, err := s.readRequestBody(w, r, s.cfg.MaxBodyBytes)
-		if err != nil {
-			return false
-		}
-		body, hopFrom = b, s.hopSender(r, b)
-		return hopFrom != ""
-	}
-	cl, ident, ok := s.admitIdentifiedOr(w, r, vouch)
+	cl, ident, body, hopFrom, ok := s.admitBody(w, r)
 	if !ok {
 		return
-	}
-	if body == nil {
-		var err error
-		if body, err = s.readRequestBody(w, r, s.cfg.MaxBodyBytes); err != nil {
-			s.writeFailure(w, err)
-			return
-		}
-		hopFrom = s.hopSender(r, body)
 	}
 	translated, creq, err := chat.Translate(body)
 	if err != nil {

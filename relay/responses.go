@@ -8,14 +8,11 @@ import (
 	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
-// serveResponses serves POST .../responses (and /compact) over HTTP/SSE:
-// it admits the request, hands it to the replica holding its thread's lane
-// when that is another one, and otherwise runs its attempts here.
-func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub string) {
-	var body []byte
-	hopFrom := ""
-	// A refused request that says another replica forwarded it is read (the
-	// hop's signature covers the body) and admitted if the hop verifies.
+// admitBody admits an HTTP client request and reads its body, answering
+// the client itself when either fails. A refused request that says another
+// replica forwarded it is read (the hop's signature covers the body) and
+// admitted if the hop verifies; hopFrom names that replica.
+func (s *Server) admitBody(w http.ResponseWriter, r *http.Request) (cl client, ident Identity, body []byte, hopFrom string, ok bool) {
 	vouch := func() bool {
 		if r.Header.Get(HeaderHop) == "" || len(s.cfg.Replica.HopKey) == 0 {
 			return false
@@ -27,17 +24,27 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 		body, hopFrom = b, s.hopSender(r, b)
 		return hopFrom != ""
 	}
-	cl, ident, ok := s.admitIdentifiedOr(w, r, vouch)
-	if !ok {
-		return
+	if cl, ident, ok = s.admitIdentifiedOr(w, r, vouch); !ok {
+		return cl, ident, nil, "", false
 	}
 	if body == nil {
 		var err error
 		if body, err = s.readRequestBody(w, r, s.cfg.MaxBodyBytes); err != nil {
 			s.writeFailure(w, err)
-			return
+			return cl, ident, nil, "", false
 		}
 		hopFrom = s.hopSender(r, body)
+	}
+	return cl, ident, body, hopFrom, true
+}
+
+// serveResponses serves POST .../responses (and /compact) over HTTP/SSE:
+// it admits the request, hands it to the replica holding its thread's lane
+// when that is another one, and otherwise runs its attempts here.
+func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub string) {
+	cl, ident, body, hopFrom, ok := s.admitBody(w, r)
+	if !ok {
+		return
 	}
 	fields, err := continuity.RequestFields(body)
 	if err != nil {
