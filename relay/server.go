@@ -96,6 +96,9 @@ type Server struct {
 	// closing is cancelled by Close; static after New.
 	closing context.Context
 	close   context.CancelFunc
+	// draining is cancelled by Drain; static after New.
+	draining context.Context
+	drain    context.CancelFunc
 	// remoteLanes are the other live replicas' lanes, from their last
 	// heartbeats (nil until Run has looked).
 	remoteLanes atomic.Pointer[[]LaneInfo]
@@ -153,7 +156,10 @@ func New(cfg Config) *Server {
 		cfg.Location = time.UTC
 	}
 	closing, cancel := context.WithCancel(context.Background())
+	draining, drain := context.WithCancel(context.Background())
 	s := &Server{
+		draining: draining,
+		drain:    drain,
 		cfg:     cfg,
 		log:     cfg.Logger,
 		metrics: newMetrics(cfg.Registry),
@@ -180,11 +186,34 @@ func (s *Server) Bridge() *bridge.Pool { return s.pool }
 // and reconnect elsewhere) and waits for them, their lanes included. HTTP
 // requests are left to http.Server.Shutdown.
 func (s *Server) Close() {
+	s.drain()
 	s.close()
 	s.sessions.Wait()
 	s.keyUse.close()
 	s.hop.CloseIdleConnections()
 	s.pool.Close()
+}
+
+// Drain begins a graceful stop: readiness fails, new WebSocket sessions
+// are refused, and every open session ends with close code 1012 (service
+// restart; Codex reconnects, to another replica) as soon as it has no turn
+// under way: a turn already streaming finishes first. HTTP requests are the
+// HTTP server's to drain (Shutdown). Safe to call more than once.
+func (s *Server) Drain() { s.drain() }
+
+// Draining reports whether Drain (or Close) was called.
+func (s *Server) Draining() bool { return s.draining.Err() != nil }
+
+// WaitSessions waits until every WebSocket session has ended, or ctx does.
+func (s *Server) WaitSessions(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.sessions.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Continuity exposes the cache, for operators' resets.

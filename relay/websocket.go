@@ -63,7 +63,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	s.sessions.Add(1)
 	defer s.sessions.Done()
-	if s.closing.Err() != nil {
+	if s.Draining() {
 		writeError(w, http.StatusServiceUnavailable, apiError{Type: wire.TypeServerError, Code: "shutting_down", Message: "the relay is shutting down"})
 		return
 	}
@@ -86,6 +86,9 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		conn.Close(websocket.StatusGoingAway, "relay shutting down")
 		return
 	}
+	if errors.Is(err, errDraining) {
+		return // closed with 1012 already (closeDraining)
+	}
 	if err != nil && !isNormalClose(err) && ctx.Err() == nil {
 		s.log.Debug("websocket session ended", "err", err)
 	}
@@ -107,6 +110,17 @@ func isNormalClose(err error) bool {
 
 // errSessionDone ends a session's goroutines once the client has gone.
 var errSessionDone = errors.New("session done")
+
+// errDraining ends a session between turns once the relay drains.
+var errDraining = errors.New("relay draining")
+
+// closeDraining closes the session with 1012 (service restart), while its
+// reader still reads: the reader takes the client's answer to the close,
+// so the client sees the code instead of a cut connection.
+func (ws *wsSession) closeDraining() error {
+	_ = ws.conn.Close(websocket.StatusServiceRestart, "relay restarting: reconnect")
+	return errDraining
+}
 
 // sessionRefusedError ends a session whose client may no longer be served
 // (its key was revoked or expired): the client reads err, and the
@@ -170,12 +184,24 @@ func (ws *wsSession) run(ctx context.Context) error {
 		}
 	})
 	g.Go(func() error {
-		for msg := range msgs {
-			if err := ws.serve(ctx, msg); err != nil {
-				return err
+		for {
+			// Between turns only: a turn under way finishes before a
+			// drain ends the session.
+			if ws.s.Draining() {
+				return ws.closeDraining()
+			}
+			select {
+			case msg, ok := <-msgs:
+				if !ok {
+					return errSessionDone
+				}
+				if err := ws.serve(ctx, msg); err != nil {
+					return err
+				}
+			case <-ws.s.draining.Done():
+				return ws.closeDraining()
 			}
 		}
-		return errSessionDone
 	})
 	err := g.Wait()
 	if errors.Is(err, errSessionDone) {

@@ -360,3 +360,20 @@ func TestReadyzNeedsMigrations(t *testing.T) {
 	code, _, _ = call(t, srv, http.MethodGet, "/healthz", "", nil)
 	assert.Equal(t, http.StatusOK, code, "liveness does not depend on the database")
 }
+
+// readyz fails at once while the replica drains, so a balancer stops
+// sending it new work; healthz stays up.
+func TestReadyzFailsWhileDraining(t *testing.T) {
+	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	srv, fr := consoleServer(t, s)
+	code, _, _ := call(t, srv, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, http.StatusOK, code)
+	fr.mu.Lock()
+	fr.draining = true
+	fr.mu.Unlock()
+	code, body, _ := call(t, srv, http.MethodGet, "/readyz", "", nil)
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, body["reason"], "draining")
+	code, _, _ = call(t, srv, http.MethodGet, "/healthz", "", nil)
+	assert.Equal(t, http.StatusOK, code)
+}

@@ -24,6 +24,7 @@ type fakeRelay struct {
 	lanes     []relay.LaneInfo
 	inflight  map[string]int
 	forgotten [][]store.Binding
+	draining  bool
 }
 
 func (f *fakeRelay) Lanes() []relay.LaneInfo {
@@ -58,6 +59,8 @@ func (f *fakeRelay) Forget(reset []store.Binding) {
 
 // forgottenIDs lists the ids of every binding the relay was told to forget.
 func (f *fakeRelay) ReplicaID() string { return "rep_test" }
+
+func (f *fakeRelay) Draining() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.draining }
 
 func (f *fakeRelay) ReplicaLiveSince() time.Time { return time.Now().Add(-15 * time.Second) }
 

@@ -19,6 +19,9 @@ func (s *Server) healthz(c echo.Context) error {
 
 // readyz answers 200 when the database is reachable and fully migrated.
 func (s *Server) readyz(c echo.Context) error {
+	if s.cfg.Relay.Draining() {
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": "draining: the relay is stopping"})
+	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
 	defer cancel()
 	if err := s.cfg.Store.Ready(ctx); err != nil {

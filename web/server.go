@@ -64,6 +64,8 @@ type Config struct {
 type Relay interface {
 	// Lanes lists the live upstream lanes of every replica.
 	Lanes() []relay.LaneInfo
+	// Draining reports that the replica is stopping: readiness fails.
+	Draining() bool
 	// InFlight reports requests under way on an account on this replica.
 	InFlight(accountID string) int
 	// AccountLanes reports the upstream lanes open on an account on this
@@ -82,6 +84,7 @@ type noRelay struct{}
 
 func (noRelay) Lanes() []relay.LaneInfo        { return nil }
 func (noRelay) InFlight(string) int            { return 0 }
+func (noRelay) Draining() bool                 { return false }
 func (noRelay) AccountLanes(string) (int, int) { return 0, 0 }
 func (noRelay) Forget([]store.Binding)         {}
 func (noRelay) ReplicaID() string              { return "" }

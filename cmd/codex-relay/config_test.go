@@ -85,7 +85,7 @@ func TestShutdownCutsRequestsAfterTheGraceTime(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- serveUntilDone(ctx, hs, ln, grace, slog.New(slog.DiscardHandler)) }()
+	go func() { done <- serveUntilDone(ctx, hs, ln, grace, slog.New(slog.DiscardHandler), nil) }()
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	defer client.CloseIdleConnections()

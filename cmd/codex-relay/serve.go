@@ -213,14 +213,27 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	if c.listening != nil {
 		c.listening(ln.Addr().String())
 	}
-	err = serveUntilDone(ctx, hs, ln, grace, log)
+	err = serveUntilDone(ctx, hs, ln, grace, log, rl)
 	rl.Close() // WebSocket sessions are hijacked: Shutdown did not end them
 	return err
 }
 
 // serveUntilDone serves until ctx ends, then shuts down gracefully within
 // grace; requests still open after it are cut.
-func serveUntilDone(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger) error {
+// drainer is what a graceful stop asks of the relay (*relay.Server): stop
+// taking WebSocket sessions and end the open ones between turns, and wait
+// for them.
+type drainer interface {
+	Drain()
+	WaitSessions(ctx context.Context) error
+}
+
+// serveUntilDone serves until ctx ends, then drains within grace: readiness
+// fails and WebSocket sessions end between turns (dr, when set), the HTTP
+// server stops taking connections and lets running requests finish, and
+// the WebSocket turns under way finish too; what is still running at the
+// grace's end is cut.
+func serveUntilDone(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger, dr drainer) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -231,10 +244,18 @@ func serveUntilDone(ctx context.Context, hs *http.Server, ln net.Listener, grace
 	log.Info("shutting down", "grace", grace.String())
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	if dr != nil {
+		dr.Drain()
+	}
 	err := hs.Shutdown(sctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		hs.Close()
 		err = nil
+	}
+	if dr != nil {
+		if werr := dr.WaitSessions(sctx); werr != nil {
+			log.Warn("WebSocket sessions still open at the end of the grace time", "err", werr)
+		}
 	}
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		return serr
