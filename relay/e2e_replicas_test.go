@@ -332,3 +332,34 @@ func TestUnreachableHolderIsServedAround(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "rep_ghost", still.ReplicaID, "the holder was alive all along: replica a tried it, then served around it")
 }
+
+// A draining replica hands its threads over at once: its row goes, so
+// another replica takes its lane leases without waiting for its heartbeat
+// to go stale (here it never would: nobody else prunes the row).
+func TestDrainingReplicaHandsItsLeasesOver(t *testing.T) {
+	dbURL, _, setup := replicaDatabase(t)
+	b := startReplica(t, dbURL, "replica-b")
+	ctx := context.Background()
+	rows := func() int {
+		all, err := setup.Replicas(ctx, time.Time{}) // every row, stale ones too; deletes none
+		require.NoError(t, err)
+		return len(all)
+	}
+	require.Eventually(t, func() bool { return rows() == 1 }, 10*time.Second, 20*time.Millisecond, "b registered")
+	ident, err := relay.ParseIdentity(http.Header{"Session-Id": {sessionS}, "Thread-Id": {rootT}})
+	require.NoError(t, err)
+	longAgo := time.Now().Add(-time.Hour) // a heartbeat this old still counts: only a missing row frees the lease
+	lease, err := setup.LeaseLane(ctx, string(ident.Key), "", b.relay.ReplicaID(), longAgo)
+	require.NoError(t, err)
+	require.Equal(t, b.relay.ReplicaID(), lease.ReplicaID)
+	still, err := setup.LeaseLane(ctx, string(ident.Key), "", "rep_next", longAgo)
+	require.NoError(t, err)
+	require.Equal(t, b.relay.ReplicaID(), still.ReplicaID, "b holds it while it serves")
+
+	b.relay.Drain()
+	require.Eventually(t, func() bool { return rows() == 0 }, 10*time.Second, 20*time.Millisecond, "b removed its row")
+	taken, err := setup.LeaseLane(ctx, string(ident.Key), "", "rep_next", longAgo)
+	require.NoError(t, err)
+	assert.Equal(t, "rep_next", taken.ReplicaID, "the next replica takes the thread over at once")
+	assert.Equal(t, lease.Epoch+1, taken.Epoch)
+}

@@ -113,14 +113,24 @@ func (s *Server) heartbeat(ctx context.Context) {
 	beat()
 	t := time.NewTicker(rc.Heartbeat)
 	defer t.Stop()
+	deregister := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := s.cfg.Store.RemoveReplica(rctx, rc.ID); err != nil {
+			s.log.Warn("replica deregistration", "err", err)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			if err := s.cfg.Store.RemoveReplica(rctx, rc.ID); err != nil {
-				s.log.Warn("replica deregistration", "err", err)
-			}
+			deregister()
+			return
+		case <-s.draining.Done():
+			// A draining replica hands its threads over at once: with its
+			// row gone, its lane leases are the next replica's to take
+			// (without waiting for the heartbeat to go stale), and no
+			// replica forwards to it any more.
+			deregister()
 			return
 		case <-t.C:
 			beat()
