@@ -50,22 +50,13 @@ func (s *Server) serveChatCompletions(w http.ResponseWriter, r *http.Request) {
 	header := r.Header.Clone()
 	header.Del(HeaderHop)
 	header.Set("Accept", "text/event-stream") // the upstream is asked for a stream whatever the client reads
-	req := s.newRequest("http", r.URL.Path, "", cl, ident, header, body, pol, strings.TrimSpace(r.Header.Get(wire.HeaderTurnState)))
-	req.hopFrom = hopFrom
-	if s.forward(w, r, req) {
-		return // served by the replica holding the thread's lane
-	}
-	sc := s.newSSEClient(w)
-	sc.r = req
-	defer sc.done()
-	meta := chat.Meta{ID: "chatcmpl-" + strings.TrimPrefix(req.id, "req_"), Created: req.start.Unix(), Model: creq.Model}
-	var cs clientStream
-	if creq.Stream {
-		cs = &chatStreamClient{sse: sc, st: chat.NewStream(meta, creq.IncludeUsage)}
-	} else {
-		cs = &documentClient{sse: sc, render: func(resp []byte) ([]byte, error) { return chat.Completion(meta, resp) }}
-	}
-	s.attempts(r.Context(), req, cs)
+	s.serveAdmitted(w, r, "", cl, ident, header, body, pol, hopFrom, func(sc *sseClient, req *request) clientStream {
+		meta := chat.Meta{ID: "chatcmpl-" + strings.TrimPrefix(req.id, "req_"), Created: req.start.Unix(), Model: creq.Model}
+		if creq.Stream {
+			return &chatStreamClient{sse: sc, st: chat.NewStream(meta, creq.IncludeUsage)}
+		}
+		return &documentClient{sse: sc, render: func(resp []byte) ([]byte, error) { return chat.Completion(meta, resp) }}
+	})
 }
 
 // chatIdentity places a chat request: by its identity headers when they

@@ -38,6 +38,24 @@ func (s *Server) admitBody(w http.ResponseWriter, r *http.Request) (cl client, i
 	return cl, ident, body, hopFrom, true
 }
 
+// serveAdmitted serves an admitted and policed HTTP request: the replica
+// holding its thread's lane serves it when that is another one, and
+// otherwise the one attempt loop here, answering through the client stream
+// answer makes of the response writer. received is the body as the client
+// sent it (what a forward carries).
+func (s *Server) serveAdmitted(w http.ResponseWriter, r *http.Request, sub string, cl client, ident Identity, header http.Header,
+	received []byte, pol policed, hopFrom string, answer func(*sseClient, *request) clientStream) {
+	req := s.newRequest("http", r.URL.Path, sub, cl, ident, header, received, pol, strings.TrimSpace(r.Header.Get(wire.HeaderTurnState)))
+	req.hopFrom = hopFrom
+	if s.forward(w, r, req) {
+		return // served by the replica holding the thread's lane
+	}
+	sc := s.newSSEClient(w)
+	sc.r = req
+	defer sc.done()
+	s.attempts(r.Context(), req, answer(sc, req))
+}
+
 // serveResponses serves POST .../responses (and /compact) over HTTP/SSE:
 // it admits the request, hands it to the replica holding its thread's lane
 // when that is another one, and otherwise runs its attempts here.
@@ -65,17 +83,10 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 		pol.body, pol.fields.Stream = withMember(pol.body, "stream", true), true
 		header.Set("Accept", "text/event-stream")
 	}
-	req := s.newRequest("http", r.URL.Path, sub, cl, ident, header, body, pol, strings.TrimSpace(r.Header.Get(wire.HeaderTurnState)))
-	req.hopFrom = hopFrom
-	if s.forward(w, r, req) {
-		return // served by the replica holding the thread's lane
-	}
-	sc := s.newSSEClient(w)
-	sc.r = req
-	defer sc.done()
-	var cs clientStream = sc
-	if document {
-		cs = &documentClient{sse: sc}
-	}
-	s.attempts(r.Context(), req, cs)
+	s.serveAdmitted(w, r, sub, cl, ident, header, body, pol, hopFrom, func(sc *sseClient, _ *request) clientStream {
+		if document {
+			return &documentClient{sse: sc}
+		}
+		return sc
+	})
 }

@@ -15,17 +15,7 @@ type responseEnvelope struct {
 		Model       string      `json:"model"`
 		ServiceTier string      `json:"service_tier"`
 		Error       *wire.Error `json:"error"`
-		Usage       *struct {
-			InputTokens        int64 `json:"input_tokens"`
-			OutputTokens       int64 `json:"output_tokens"`
-			TotalTokens        int64 `json:"total_tokens"`
-			InputTokensDetails *struct {
-				CachedTokens int64 `json:"cached_tokens"`
-			} `json:"input_tokens_details"`
-			OutputTokensDetails *struct {
-				ReasoningTokens int64 `json:"reasoning_tokens"`
-			} `json:"output_tokens_details"`
-		} `json:"usage"`
+		Usage       *wire.Usage `json:"usage"`
 	} `json:"response"`
 }
 
@@ -150,14 +140,8 @@ func (t *tracker) observeResponse(env responseEnvelope) {
 	t.tier = cmp.Or(env.Response.ServiceTier, t.tier)
 	if u := env.Response.Usage; u != nil {
 		t.usage = true
-		t.input, t.outputTok = u.InputTokens, u.OutputTokens
-		t.total = cmp.Or(u.TotalTokens, u.InputTokens+u.OutputTokens)
-		if u.InputTokensDetails != nil {
-			t.cached = u.InputTokensDetails.CachedTokens
-		}
-		if u.OutputTokensDetails != nil {
-			t.reasoning = u.OutputTokensDetails.ReasoningTokens
-		}
+		t.input, t.outputTok, t.total = u.InputTokens, u.OutputTokens, u.Total()
+		t.cached, t.reasoning = u.Cached(), u.Reasoning()
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // Meta is what every chat answer of one request carries: its id
@@ -24,7 +26,7 @@ type response struct {
 	IncompleteDetails *struct {
 		Reason string `json:"reason"`
 	} `json:"incomplete_details"`
-	Usage *usage `json:"usage"`
+	Usage *wire.Usage `json:"usage"`
 }
 
 type outputItem struct {
@@ -38,18 +40,6 @@ type outputItem struct {
 		Text    string `json:"text"`
 		Refusal string `json:"refusal"`
 	} `json:"content"`
-}
-
-type usage struct {
-	InputTokens        int64 `json:"input_tokens"`
-	OutputTokens       int64 `json:"output_tokens"`
-	TotalTokens        int64 `json:"total_tokens"`
-	InputTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"input_tokens_details"`
-	OutputTokensDetails *struct {
-		ReasoningTokens int64 `json:"reasoning_tokens"`
-	} `json:"output_tokens_details"`
 }
 
 // Usage is a chat answer's usage object.
@@ -69,20 +59,14 @@ type outputDetail struct {
 	ReasoningTokens int64 `json:"reasoning_tokens"`
 }
 
-func (u *usage) chat() *Usage {
+// chatUsage is a Responses usage object as a chat answer's.
+func chatUsage(u *wire.Usage) *Usage {
 	if u == nil {
 		return nil
 	}
-	out := &Usage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.TotalTokens}
-	if out.TotalTokens == 0 {
-		out.TotalTokens = u.InputTokens + u.OutputTokens
-	}
-	if d := u.InputTokensDetails; d != nil {
-		out.PromptTokensDetails.CachedTokens = d.CachedTokens
-	}
-	if d := u.OutputTokensDetails; d != nil {
-		out.CompletionTokensDetails.ReasoningTokens = d.ReasoningTokens
-	}
+	out := &Usage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.Total()}
+	out.PromptTokensDetails.CachedTokens = u.Cached()
+	out.CompletionTokensDetails.ReasoningTokens = u.Reasoning()
 	return out
 }
 
@@ -164,7 +148,7 @@ func Completion(m Meta, resp []byte) ([]byte, error) {
 	}
 	out := completion{ID: m.ID, Object: "chat.completion", Created: m.Created, Model: cmpOr(r.Model, m.Model),
 		Choices: []completionChoice{{Message: msg, FinishReason: finishReason(r, len(msg.ToolCalls) > 0)}},
-		Usage:   r.Usage.chat()}
+		Usage:   chatUsage(r.Usage)}
 	return marshal(out)
 }
 

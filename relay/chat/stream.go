@@ -208,7 +208,7 @@ func (s *Stream) Event(typ string, data []byte) [][]byte {
 		}
 		emit(s.chunk(delta{}, &reason))
 		if s.includeUsage {
-			if u := r.Usage.chat(); u != nil {
+			if u := chatUsage(r.Usage); u != nil {
 				c := s.chunk(delta{}, nil)
 				c.Choices, c.Usage = []chunkChoice{}, u
 				emit(c)

@@ -328,17 +328,7 @@ func (ref recordRef) noteRequest(req *responseRequest) {
 func (ref recordRef) usage(ev []byte) {
 	var env struct {
 		Response struct {
-			Usage *struct {
-				InputTokens        int64 `json:"input_tokens"`
-				OutputTokens       int64 `json:"output_tokens"`
-				TotalTokens        int64 `json:"total_tokens"`
-				InputTokensDetails struct {
-					CachedTokens int64 `json:"cached_tokens"`
-				} `json:"input_tokens_details"`
-				OutputTokensDetails struct {
-					ReasoningTokens int64 `json:"reasoning_tokens"`
-				} `json:"output_tokens_details"`
-			} `json:"usage"`
+			Usage *wire.Usage `json:"usage"`
 		} `json:"response"`
 	}
 	if json.Unmarshal(ev, &env) != nil || env.Response.Usage == nil {
@@ -346,7 +336,7 @@ func (ref recordRef) usage(ev []byte) {
 	}
 	u := env.Response.Usage
 	ref.update(func(r *Record) {
-		r.Usage = &RecordUsage{InputTokens: u.InputTokens, CachedTokens: u.InputTokensDetails.CachedTokens,
-			OutputTokens: u.OutputTokens, ReasoningTokens: u.OutputTokensDetails.ReasoningTokens, TotalTokens: u.TotalTokens}
+		r.Usage = &RecordUsage{InputTokens: u.InputTokens, CachedTokens: u.Cached(), OutputTokens: u.OutputTokens,
+			ReasoningTokens: u.Reasoning(), TotalTokens: u.TotalTokens}
 	})
 }
