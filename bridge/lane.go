@@ -42,7 +42,7 @@ type Lane struct {
 
 // laneQueue bounds events waiting for the session; the reader waits when it
 // is full (the upstream then waits on TCP), so nothing is dropped.
-const laneQueue = 256
+const laneQueue = 32
 
 // NewLane starts serving conn, an upgraded upstream WebSocket of account.
 // The lane lives until Close or until the connection ends.

@@ -65,6 +65,10 @@ type Config struct {
 	// Retention is how long request log rows and attempt records are kept
 	// (Run deletes older ones). Default 30 days; negative keeps them all.
 	Retention time.Duration
+	// ClientCompression is what client WebSockets are answered with when
+	// they offer permessage-deflate; the zero value is pooled (see
+	// Compression). The upstream side's is Upstream.Compression.
+	ClientCompression Compression
 	// Location is the time zone of calendar budget windows (day, week,
 	// month). Nil: UTC.
 	Location *time.Location

@@ -97,6 +97,9 @@ type Upstream struct {
 	HTTP *http.Client
 	// DialTimeout bounds connecting and the WebSocket handshake.
 	DialTimeout time.Duration
+	// Compression is what upstream WebSockets offer; the zero value is
+	// pooled (see Compression). Static after construction.
+	Compression Compression
 
 	tls *tls.Config // static after construction; nil: the defaults
 
@@ -120,6 +123,8 @@ type UpstreamOptions struct {
 	// TLS is the client TLS configuration for upstreams and https proxies
 	// (tests trust their own CA with it); nil: the system's roots.
 	TLS *tls.Config
+	// Compression is what upstream WebSockets offer (zero: pooled).
+	Compression Compression
 }
 
 // maxProxyClients bounds the cached per-proxy clients (proxies edited many
@@ -137,7 +142,7 @@ func NewUpstream() *Upstream {
 // on connecting and on waiting for response headers; streams themselves are
 // bounded by the caller's idle deadline, not a total timeout.
 func NewUpstreamWith(o UpstreamOptions) *Upstream {
-	u := &Upstream{DialTimeout: 15 * time.Second, tls: o.TLS, proxied: map[string]*http.Client{}, egress: map[string]string{}}
+	u := &Upstream{DialTimeout: 15 * time.Second, Compression: o.Compression, tls: o.TLS, proxied: map[string]*http.Client{}, egress: map[string]string{}}
 	u.HTTP = &http.Client{Transport: u.transport(o.EnvProxy)}
 	return u
 }
@@ -377,9 +382,10 @@ func (u *Upstream) dialWebSocket(ctx context.Context, t target, clientHeader htt
 	dctx, cancel := context.WithTimeout(ctx, u.DialTimeout)
 	defer cancel()
 	conn, resp, err := websocket.Dial(dctx, url, &websocket.DialOptions{
-		HTTPClient:      hc,
-		HTTPHeader:      h,
-		CompressionMode: websocket.CompressionContextTakeover,
+		HTTPClient:           hc,
+		HTTPHeader:           h,
+		CompressionMode:      u.Compression.websocketMode(),
+		CompressionThreshold: u.Compression.threshold(),
 	})
 	if err != nil {
 		return nil, resp, fmt.Errorf("dial upstream websocket %s: %w", t.Account.ID, t.Account.Proxy.Redact(err))

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/continuity"
@@ -34,9 +33,8 @@ const (
 const maxPendingMessages = 4
 
 // wsSession is one client WebSocket: its requests are served one at a time
-// over the connection's own upstream lane. Owned by serveWebSocket's
-// errgroup: a reader that always reads (so pings, pongs and a close are
-// handled while a response streams), a pinger, and the serving loop.
+// over the connection's own upstream lane. Owned by serveWebSocket (see
+// run).
 type wsSession struct {
 	s      *Server
 	conn   *websocket.Conn
@@ -67,7 +65,8 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, apiError{Type: wire.TypeServerError, Code: "shutting_down", Message: "the relay is shutting down"})
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionContextTakeover})
+	c := s.cfg.ClientCompression
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: c.websocketMode(), CompressionThreshold: c.threshold()})
 	if err != nil {
 		return // Accept has answered the client
 	}
@@ -137,77 +136,106 @@ func refuseSession(reason, msg string) error {
 	return &sessionRefusedError{reason: reason, err: unauthorized(msg)}
 }
 
+// run serves the session until the client leaves, the relay drains or
+// closes, or a write fails. It serves requests on the calling goroutine;
+// a reader goroutine always reads (so pings, pongs and a close are handled
+// while a response streams), and a timer pings the client. The first
+// error of either ends both, and is returned (nil for a client that
+// left).
 func (ws *wsSession) run(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	msgs := make(chan []byte, maxPendingMessages)
-	g.Go(func() error {
-		defer close(msgs)
-		for {
-			typ, data, err := ws.conn.Read(ctx)
-			if err != nil {
-				return err
-			}
-			var refusal []byte
-			switch {
-			case typ != websocket.MessageText:
-				refusal = errorEvent(http.StatusBadRequest, apiError{Type: wire.TypeInvalidRequest, Code: "unsupported_frame",
-					Message: "binary frames are not supported: send response.create as a text frame"})
-			default:
-				select {
-				case msgs <- data:
-					continue
-				default:
-					refusal = errorEvent(http.StatusTooManyRequests, apiError{Type: wire.TypeInvalidRequest, Code: "too_many_pending_requests",
-						Message: "this connection serves one request at a time: wait for the current response to end"})
-				}
-			}
-			if err := ws.write(ctx, refusal); err != nil {
-				return err
-			}
-		}
-	})
-	g.Go(func() error {
-		t := time.NewTicker(clientPingEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-				pctx, cancel := context.WithTimeout(ctx, clientPingTimeout)
-				err := ws.conn.Ping(pctx)
-				cancel()
-				if err != nil && ctx.Err() == nil {
-					return fmt.Errorf("client ping: %w", err)
-				}
-			}
-		}
-	})
-	g.Go(func() error {
-		for {
-			// Between turns only: a turn under way finishes before a
-			// drain ends the session.
-			if ws.s.Draining() {
-				return ws.closeDraining()
-			}
-			select {
-			case msg, ok := <-msgs:
-				if !ok {
-					return errSessionDone
-				}
-				if err := ws.serve(ctx, msg); err != nil {
-					return err
-				}
-			case <-ws.s.draining.Done():
-				return ws.closeDraining()
-			}
-		}
-	})
-	err := g.Wait()
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		cancel(ws.read(ctx, msgs))
+	}()
+	pinger := ws.pingEvery(ctx, cancel)
+	err := ws.serveLoop(ctx, msgs)
+	cancel(err)
+	pinger.Stop()
+	<-read
+	err = context.Cause(ctx)
 	if errors.Is(err, errSessionDone) {
 		return nil
 	}
 	return err
+}
+
+// read reads the client's messages into msgs until the connection ends,
+// and closes msgs. A message that cannot be taken is answered with an
+// error event.
+func (ws *wsSession) read(ctx context.Context, msgs chan<- []byte) error {
+	defer close(msgs)
+	for {
+		typ, data, err := ws.conn.Read(ctx)
+		if err != nil {
+			return err
+		}
+		var refusal []byte
+		switch {
+		case typ != websocket.MessageText:
+			refusal = errorEvent(http.StatusBadRequest, apiError{Type: wire.TypeInvalidRequest, Code: "unsupported_frame",
+				Message: "binary frames are not supported: send response.create as a text frame"})
+		default:
+			select {
+			case msgs <- data:
+				continue
+			default:
+				refusal = errorEvent(http.StatusTooManyRequests, apiError{Type: wire.TypeInvalidRequest, Code: "too_many_pending_requests",
+					Message: "this connection serves one request at a time: wait for the current response to end"})
+			}
+		}
+		if err := ws.write(ctx, refusal); err != nil {
+			return err
+		}
+	}
+}
+
+// pingEvery pings the client every clientPingEvery from a timer (no
+// goroutine waits between pings); a ping not answered in time ends the
+// session through cancel. Stop the returned timer when the session ends.
+func (ws *wsSession) pingEvery(ctx context.Context, cancel context.CancelCauseFunc) *time.Timer {
+	var t *time.Timer
+	t = time.AfterFunc(clientPingEvery, func() {
+		pctx, done := context.WithTimeout(ctx, clientPingTimeout)
+		err := ws.conn.Ping(pctx)
+		done()
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			cancel(fmt.Errorf("client ping: %w", err))
+		default:
+			t.Reset(clientPingEvery)
+		}
+	})
+	return t
+}
+
+// serveLoop serves the client's messages one at a time until msgs closes
+// (errSessionDone), a message ends the session, or the relay drains.
+func (ws *wsSession) serveLoop(ctx context.Context, msgs <-chan []byte) error {
+	for {
+		// Between turns only: a turn under way finishes before a
+		// drain ends the session.
+		if ws.s.Draining() {
+			return ws.closeDraining()
+		}
+		select {
+		case msg, ok := <-msgs:
+			if !ok {
+				return errSessionDone
+			}
+			if err := ws.serve(ctx, msg); err != nil {
+				return err
+			}
+		case <-ws.s.draining.Done():
+			return ws.closeDraining()
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
 }
 
 func (ws *wsSession) write(ctx context.Context, msg []byte) error {

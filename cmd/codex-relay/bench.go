@@ -82,8 +82,14 @@ type benchOptions struct {
 	transports    []string
 	targets       []string
 	clientDeflate bool
-	turnTimeout   time.Duration
-	databaseURL   string // "" for a SQLite file in a temp folder
+	// compressions are the relay's answers to the clients' deflate offer:
+	// the relay target runs once with each. upstreamCompression is what
+	// its upstream lanes offer; simCompression how the sim answers.
+	compressions        []relay.CompressionMode
+	upstreamCompression relay.CompressionMode
+	simCompression      string
+	turnTimeout         time.Duration
+	databaseURL         string // "" for a SQLite file in a temp folder
 }
 
 func runBench(ctx context.Context, c cli, args []string) error {
@@ -104,6 +110,9 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	transports := fs.String("transport", "http,ws", "transports to measure: http, ws, or both comma-separated")
 	targets := fs.String("targets", "direct,pipe,relay", "targets to measure, comma-separated: direct, pipe, relay (the CPU over direct and the ratios need all three)")
 	fs.BoolVar(&o.clientDeflate, "client-deflate", true, "WebSocket clients offer permessage-deflate with context takeover, as Codex does by default")
+	compressions := fs.String("compression", string(relay.CompressionPooled), "how the relay answers the WebSocket clients' permessage-deflate offer (CODEX_RELAY_WS_COMPRESSION): pooled, takeover or off; several comma-separated run the relay target once with each, side by side")
+	upstreamCompression := fs.String("upstream-compression", string(relay.CompressionPooled), "what the relay's upstream WebSockets offer (CODEX_RELAY_UPSTREAM_WS_COMPRESSION): pooled, takeover or off")
+	fs.StringVar(&o.simCompression, "sim-compression", "pooled", "how the simulated upstream answers a deflate offer (the clients' on direct and pipe, the relay's): pooled, takeover or off")
 	fs.DurationVar(&o.turnTimeout, "turn-timeout", 30*time.Second, "deadline of one turn")
 	fs.StringVar(&o.databaseURL, "database-url", "", "an empty database to run the relay on, e.g. a throwaway postgres://... (default: SQLite in a temp folder); a database holding accounts is refused")
 	asJSON := fs.Bool("json", false, "print the report as JSON, with every figure")
@@ -136,6 +145,20 @@ func runBench(ctx context.Context, c cli, args []string) error {
 		return err
 	}
 	if o.targets, err = benchList("-targets", *targets, targetDirect, targetPipe, targetRelay); err != nil {
+		return err
+	}
+	modes, err := benchList("-compression", *compressions, string(relay.CompressionPooled), string(relay.CompressionTakeover), string(relay.CompressionOff))
+	if err != nil {
+		return err
+	}
+	for _, m := range modes {
+		o.compressions = append(o.compressions, relay.CompressionMode(m))
+	}
+	if _, err := benchList("-upstream-compression", *upstreamCompression, string(relay.CompressionPooled), string(relay.CompressionTakeover), string(relay.CompressionOff)); err != nil {
+		return err
+	}
+	o.upstreamCompression = relay.CompressionMode(*upstreamCompression)
+	if _, err := benchList("-sim-compression", o.simCompression, "pooled", "takeover", "off"); err != nil {
 		return err
 	}
 	if err := o.validate(); err != nil {
@@ -213,6 +236,16 @@ func (o benchOptions) validate() error {
 	return nil
 }
 
+// compressionsOf is the compression settings target runs with over
+// transport: the relay's WebSocket phases one each, every other phase one
+// ("": the setting does not apply).
+func (o benchOptions) compressionsOf(target, transport string) []relay.CompressionMode {
+	if target == targetRelay && transport != "http" {
+		return o.compressions
+	}
+	return []relay.CompressionMode{""}
+}
+
 // sessions is how many sessions one phase holds at once.
 func (o benchOptions) sessions() int {
 	if o.idle > 0 {
@@ -277,7 +310,8 @@ type benchEnv struct {
 	log      *slog.Logger
 	upstream *sim.Server
 	accounts []sim.Account
-	relayURL string // http://host:port
+	store    *store.Store
+	secret   []byte
 	key      string // the relay's client key
 	database string // the relay's store: sqlite or postgres
 }
@@ -287,6 +321,7 @@ type benchEnv struct {
 func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchReport, error) {
 	rep := benchReport{Conversations: o.conversations, Turns: o.turns, Words: o.words, Deltas: o.deltas,
 		PaceMs: ms(o.pace), RampMs: ms(o.ramp), Burst: o.burst, IdleSessions: o.idle, Accounts: o.accounts, ClientDeflate: o.clientDeflate,
+		UpstreamCompression: string(o.upstreamCompression), SimCompression: o.simCompression, Compressions: o.compressions,
 		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), CPUModel: cpuModel(),
 		Method: benchMethod}
 	if o.idle > 0 {
@@ -314,33 +349,38 @@ func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchR
 
 	if o.idle > 0 {
 		for _, target := range o.targets {
-			if err := ctx.Err(); err != nil {
-				return rep, err
+			for _, comp := range o.compressionsOf(target, "ws") {
+				if err := ctx.Err(); err != nil {
+					return rep, err
+				}
+				row, err := env.idlePhase(ctx, target, comp)
+				if err != nil {
+					return rep, err
+				}
+				rep.Idle = append(rep.Idle, row)
 			}
-			row, err := env.idlePhase(ctx, target)
-			if err != nil {
-				return rep, err
-			}
-			rep.Idle = append(rep.Idle, row)
 		}
-		rep.IdleTable = idleTable(rep.Idle)
+		rep.IdleTables = idleTables(rep.Idle)
 	} else {
 		for _, transport := range o.transports {
 			var rows []benchRow
 			for _, target := range o.targets {
-				if err := ctx.Err(); err != nil {
-					return rep, err
+				for _, comp := range o.compressionsOf(target, transport) {
+					if err := ctx.Err(); err != nil {
+						return rep, err
+					}
+					row, err := env.phase(ctx, target, comp, transport)
+					if err != nil {
+						return rep, err
+					}
+					rows = append(rows, row)
 				}
-				row, err := env.phase(ctx, target, transport)
-				if err != nil {
-					return rep, err
-				}
-				rows = append(rows, row)
 			}
 			rep.Rows = append(rep.Rows, rows...)
-			rep.Tables = append(rep.Tables, compareTable(transport, rows))
+			rep.Tables = append(rep.Tables, compareTables(transport, rows)...)
 		}
 	}
+	rep.Compression = compressionTable(rep.Rows, rep.Idle)
 
 	stopAll()
 	// Goroutines end asynchronously after their connections close: give
@@ -353,10 +393,10 @@ func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchR
 	return rep, nil
 }
 
-// startBenchEnv starts the sim and the relay in front of it, as serve runs
-// it (its own address and hop key, so it keeps thread leases, and its
-// housekeeping and heartbeat running), each under a profiler label. stop
-// ends what was started, also after an error.
+// startBenchEnv starts the sim (under its profiler label) and opens the
+// relay's store with the sim's accounts and a client key; each relay phase
+// starts a relay on it (startRelay). stop ends what was started, also
+// after an error.
 func startBenchEnv(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (*benchEnv, func(), error) {
 	var stops []func()
 	stop := func() {
@@ -382,7 +422,7 @@ func startBenchEnv(ctx context.Context, c cli, o benchOptions, log *slog.Logger)
 	maxRecords := 4*o.sessions()*(o.turns+1) + 1000
 	pprof.Do(ctx, pprof.Labels("component", "sim"), func(context.Context) {
 		var stopSim func()
-		env.upstream, stopSim, err = startSim(sim.Config{Accounts: env.accounts, MaxRecords: maxRecords,
+		env.upstream, stopSim, err = startSim(sim.Config{Accounts: env.accounts, MaxRecords: maxRecords, WSCompression: o.simCompression,
 			Logger: log.With("component", "sim")}, "127.0.0.1:0", log)
 		if err == nil {
 			stops = append(stops, stopSim)
@@ -413,21 +453,32 @@ func startBenchEnv(ctx context.Context, c cli, o benchOptions, log *slog.Logger)
 	if _, env.key, err = st.CreateClientKey(ctx, store.ClientKey{Name: "bench"}); err != nil {
 		return nil, stop, err
 	}
+	env.store, env.secret = st, secret
+	return env, stop, nil
+}
+
+// startRelay starts a relay on the bench's store, as serve runs it (its
+// own address and hop key, so it keeps thread leases, and its housekeeping
+// and heartbeat running) under the relay profiler label, answering
+// clients' deflate offers with compression. stop ends it and its sessions.
+func (e *benchEnv) startRelay(ctx context.Context, compression relay.CompressionMode) (url string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, stop, fmt.Errorf("bench: listen: %w", err)
+		return "", nil, fmt.Errorf("bench: listen: %w", err)
 	}
-	env.relayURL = "http://" + ln.Addr().String()
+	url = "http://" + ln.Addr().String()
 	pprof.Do(ctx, pprof.Labels("component", "relay"), func(context.Context) {
-		rl := relay.New(relay.Config{Store: st, Logger: log.With("component", "relay"),
-			Replica: relay.ReplicaConfig{Address: env.relayURL, HopKey: derivedKey(secret, hopKeyPurpose)}})
+		rl := relay.New(relay.Config{Store: e.store, Logger: e.log.With("component", "relay"),
+			ClientCompression: relay.Compression{Mode: compression},
+			Upstream:          relay.NewUpstreamWith(relay.UpstreamOptions{Compression: relay.Compression{Mode: e.o.upstreamCompression}}),
+			Replica:           relay.ReplicaConfig{Address: url, HopKey: derivedKey(e.secret, hopKeyPurpose)}})
 		runCtx, stopRun := context.WithCancel(ctx)
 		ran := make(chan struct{})
 		go func() { defer close(ran); rl.Run(runCtx) }()
 		hs := &http.Server{Handler: rl, ReadHeaderTimeout: 10 * time.Second}
 		served := make(chan error, 1)
 		go func() { served <- hs.Serve(ln) }()
-		stops = append(stops, func() {
+		stop = func() {
 			stopRun()
 			<-ran
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -435,15 +486,15 @@ func startBenchEnv(ctx context.Context, c cli, o benchOptions, log *slog.Logger)
 			_ = hs.Shutdown(sctx)
 			rl.Close() // WebSocket sessions are hijacked: Shutdown does not end them
 			<-served
-		})
+		}
 	})
-	return env, stop, nil
+	return url, stop, nil
 }
 
 // target returns where a phase's sessions go. The pipe is started here
 // and stopped by the returned func, which also reports the bytes it
 // copied.
-func (e *benchEnv) target(ctx context.Context, name string) (benchTarget, func() int64, error) {
+func (e *benchEnv) target(ctx context.Context, name string, compression relay.CompressionMode) (benchTarget, func() int64, error) {
 	simHeader := func(conv int) http.Header {
 		a := e.accounts[conv%len(e.accounts)]
 		return http.Header{"Authorization": {"Bearer " + a.AccessToken}, "Chatgpt-Account-Id": {a.ID}}
@@ -462,9 +513,13 @@ func (e *benchEnv) target(ctx context.Context, name string) (benchTarget, func()
 		}
 		return benchTarget{name: name, base: "http://" + p.Addr() + "/backend-api/codex", header: simHeader}, p.Close, nil
 	default:
-		return benchTarget{name: name, base: e.relayURL + "/backend-api/codex", header: func(int) http.Header {
+		url, stop, err := e.startRelay(ctx, compression)
+		if err != nil {
+			return benchTarget{}, nil, err
+		}
+		return benchTarget{name: name, base: url + "/backend-api/codex", header: func(int) http.Header {
 			return http.Header{"Authorization": {"Bearer " + e.key}}
-		}}, func() int64 { return 0 }, nil
+		}}, func() int64 { stop(); return 0 }, nil
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/store"
 )
 
@@ -22,12 +23,15 @@ const memSamplePeriod = 50 * time.Millisecond
 // benchRow is one workload against one target over one transport: one
 // phase, measured on its own.
 type benchRow struct {
-	Transport  string `json:"transport"` // http or ws
-	Target     string `json:"target"`    // direct, pipe or relay
-	Sessions   int    `json:"sessions"`
-	Turns      int    `json:"turns"` // completed turns
-	Errors     int    `json:"errors"`
-	FirstError string `json:"first_error,omitempty"`
+	Transport string `json:"transport"` // http or ws
+	Target    string `json:"target"`    // direct, pipe or relay
+	// Compression is the relay's answer to the clients' deflate offer
+	// (relay rows only).
+	Compression string `json:"compression,omitempty"`
+	Sessions    int    `json:"sessions"`
+	Turns       int    `json:"turns"` // completed turns
+	Errors      int    `json:"errors"`
+	FirstError  string `json:"first_error,omitempty"`
 
 	// Events the clients received, and the sim says it sent in answers to
 	// response requests during the phase; their payload bytes (SSE data or
@@ -80,10 +84,10 @@ type benchRow struct {
 // phase runs the workload against one target over one transport and
 // measures it: memory settled at the start, then CPU, wall time and
 // allocations from the first session's start to the last one's end.
-func (e *benchEnv) phase(ctx context.Context, targetName, transport string) (benchRow, error) {
+func (e *benchEnv) phase(ctx context.Context, targetName string, compression relay.CompressionMode, transport string) (benchRow, error) {
 	o := e.o
-	row := benchRow{Transport: transport, Target: targetName, Sessions: o.conversations}
-	target, stopTarget, err := e.target(ctx, targetName)
+	row := benchRow{Transport: transport, Target: targetName, Compression: string(compression), Sessions: o.conversations}
+	target, stopTarget, err := e.target(ctx, targetName, compression)
 	if err != nil {
 		return row, err
 	}
@@ -216,14 +220,15 @@ func runWorkload(ctx context.Context, client *http.Client, target benchTarget, t
 // benchIdleRow is one target's idle sessions: memory per session once they
 // are all open and idle.
 type benchIdleRow struct {
-	Target     string  `json:"target"`
-	Sessions   int     `json:"sessions"` // asked for
-	Open       int     `json:"open"`     // opened, one turn done, held
-	Errors     int     `json:"errors"`
-	FirstError string  `json:"first_error,omitempty"`
-	OpenSecond float64 `json:"open_seconds"` // to open them all, turns included
-	Events     int64   `json:"events"`
-	SimEvents  int64   `json:"sim_events"`
+	Target      string  `json:"target"`
+	Compression string  `json:"compression,omitempty"` // the relay's, as in benchRow
+	Sessions    int     `json:"sessions"`              // asked for
+	Open        int     `json:"open"`                  // opened, one turn done, held
+	Errors      int     `json:"errors"`
+	FirstError  string  `json:"first_error,omitempty"`
+	OpenSecond  float64 `json:"open_seconds"` // to open them all, turns included
+	Events      int64   `json:"events"`
+	SimEvents   int64   `json:"sim_events"`
 	// Growth over the start, settled (collected, freed memory returned)
 	// with every session open and idle.
 	Heap       int64 `json:"heap_bytes"`
@@ -246,10 +251,10 @@ const idleOpeners = 64
 // idlePhase opens -idle WebSocket sessions on one target, runs one turn on
 // each, holds them open (each with a reader, as Codex keeps one) and reads
 // the memory they hold.
-func (e *benchEnv) idlePhase(ctx context.Context, targetName string) (benchIdleRow, error) {
+func (e *benchEnv) idlePhase(ctx context.Context, targetName string, compression relay.CompressionMode) (benchIdleRow, error) {
 	o := e.o
-	row := benchIdleRow{Target: targetName, Sessions: o.idle}
-	target, stopTarget, err := e.target(ctx, targetName)
+	row := benchIdleRow{Target: targetName, Compression: string(compression), Sessions: o.idle}
+	target, stopTarget, err := e.target(ctx, targetName, compression)
 	if err != nil {
 		return row, err
 	}

@@ -3,7 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+
+	"github.com/codexrelay/codex-relay/relay"
 )
 
 // benchReport is what bench prints (as tables, or as JSON with -json).
@@ -20,6 +23,12 @@ type benchReport struct {
 	IdleHoldMs    float64 `json:"idle_hold_ms,omitempty"`
 	Accounts      int     `json:"accounts"`
 	ClientDeflate bool    `json:"client_deflate"`
+	// UpstreamCompression is what the relay's upstream lanes offered,
+	// SimCompression how the sim answered (the relay's rows carry the
+	// client side's).
+	Compressions        []relay.CompressionMode `json:"compressions"`
+	UpstreamCompression string                  `json:"upstream_compression"`
+	SimCompression      string                  `json:"sim_compression"`
 	// The machine.
 	CPUs       int    `json:"cpus"`
 	GOMAXPROCS int    `json:"gomaxprocs"`
@@ -28,13 +37,15 @@ type benchReport struct {
 	Database   string `json:"database"` // sqlite or postgres
 
 	// Rows are the phases of the turn workload, Tables their comparison
-	// per transport; Idle and IdleTable the same for -idle.
-	Rows       []benchRow     `json:"rows,omitempty"`
-	Tables     []benchTable   `json:"tables,omitempty"`
-	Idle       []benchIdleRow `json:"idle,omitempty"`
-	IdleTable  *benchTable    `json:"idle_table,omitempty"`
-	Method     []string       `json:"method"`
-	Goroutines benchGoroutine `json:"goroutines"`
+	// per transport (and relay compression); Idle and IdleTables the same
+	// for -idle. Compression puts the relay's phases side by side.
+	Rows        []benchRow         `json:"rows,omitempty"`
+	Tables      []benchTable       `json:"tables,omitempty"`
+	Idle        []benchIdleRow     `json:"idle,omitempty"`
+	IdleTables  []benchTable       `json:"idle_tables,omitempty"`
+	Compression []benchCompression `json:"compression,omitempty"`
+	Method      []string           `json:"method"`
+	Goroutines  benchGoroutine     `json:"goroutines"`
 }
 
 // benchGoroutine counts goroutines before the bench started its servers
@@ -107,6 +118,97 @@ func always(v float64) (float64, bool) { return v, true }
 
 const kib, mib = 1024.0, 1024.0 * 1024.0
 
+// compareTables lays a transport's phases out as the issue's tables: one
+// for each relay phase (one a compression setting), beside the same
+// direct and pipe phases.
+func compareTables(transport string, rows []benchRow) []benchTable {
+	others, relays := splitRelayRows(rows, func(r benchRow) string { return r.Target })
+	if len(relays) < 2 {
+		return []benchTable{compareTable(transport, rows)}
+	}
+	var tables []benchTable
+	for _, r := range relays {
+		t := compareTable(transport, append(slices.Clone(others), r))
+		t.Title += ", relay compression " + r.Compression
+		tables = append(tables, t)
+	}
+	return tables
+}
+
+// splitRelayRows separates the relay's rows from the others'.
+func splitRelayRows[R any](rows []R, target func(R) string) (others, relays []R) {
+	for _, r := range rows {
+		if target(r) == targetRelay {
+			relays = append(relays, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	return others, relays
+}
+
+// benchCompression is one relay phase's figures that change with its
+// compression setting, beside the pipe's.
+type benchCompression struct {
+	Transport   string `json:"transport"` // http, ws or idle
+	Compression string `json:"compression"`
+	// Turn workloads: CPU per event over direct and relay/pipe; the
+	// clients' wire bytes per turn (in+out); peak RSS over direct per
+	// session; first output token p50/p99 and its difference to the pipe.
+	CPUPerEventUs     *float64 `json:"cpu_per_event_over_direct_us,omitempty"`
+	CPUVsPipe         *float64 `json:"cpu_relay_vs_pipe,omitempty"`
+	WireKiBPerTurn    *float64 `json:"wire_kib_per_turn,omitempty"`
+	PeakRSSPerSession *float64 `json:"peak_rss_over_direct_per_session_kib,omitempty"`
+	FirstTokenP50     *float64 `json:"first_token_p50_ms,omitempty"`
+	FirstTokenP99     *float64 `json:"first_token_p99_ms,omitempty"`
+	FirstTokenP50Pipe *float64 `json:"first_token_p50_vs_pipe_ms,omitempty"`
+	FirstTokenP99Pipe *float64 `json:"first_token_p99_vs_pipe_ms,omitempty"`
+	// Idle sessions: RSS and heap+stacks per session over direct.
+	IdleRSSPerSession  *float64 `json:"idle_rss_over_direct_per_session_kib,omitempty"`
+	IdleHeapPerSession *float64 `json:"idle_heap_stacks_over_direct_per_session_kib,omitempty"`
+}
+
+// compressionTable gathers the relay phases' compression figures from the
+// comparison tables.
+func compressionTable(rows []benchRow, idle []benchIdleRow) []benchCompression {
+	var out []benchCompression
+	find := func(t benchTable, measure string) benchLine {
+		for _, l := range t.Lines {
+			if l.Measure == measure {
+				return l
+			}
+		}
+		return benchLine{}
+	}
+	{
+		const transport = "ws" // the setting applies to WebSocket clients
+		var mine []benchRow
+		for _, r := range rows {
+			if r.Transport == transport {
+				mine = append(mine, r)
+			}
+		}
+		others, relays := splitRelayRows(mine, func(r benchRow) string { return r.Target })
+		for _, r := range relays {
+			t := compareTable(transport, append(slices.Clone(others), r))
+			cpu, p50, p99 := find(t, "CPU per forwarded event, over direct"), find(t, "first output token p50"), find(t, "first output token p99")
+			out = append(out, benchCompression{Transport: transport, Compression: r.Compression,
+				CPUPerEventUs: cpu.Relay, CPUVsPipe: cpu.RelayVsPipe,
+				WireKiBPerTurn:    find(t, "client wire bytes per turn, in+out").Relay,
+				PeakRSSPerSession: find(t, "peak RSS over direct, per session").Relay,
+				FirstTokenP50:     p50.Relay, FirstTokenP99: p99.Relay, FirstTokenP50Pipe: p50.RelayVsPipe, FirstTokenP99Pipe: p99.RelayVsPipe})
+		}
+	}
+	others, relays := splitRelayRows(idle, func(r benchIdleRow) string { return r.Target })
+	for _, r := range relays {
+		t := idleTable(append(slices.Clone(others), r))
+		out = append(out, benchCompression{Transport: "idle", Compression: r.Compression,
+			IdleRSSPerSession:  find(*t, "RSS per session, over direct").Relay,
+			IdleHeapPerSession: find(*t, "heap+stacks per session, over direct").Relay})
+	}
+	return out
+}
+
 // compareTable lays a transport's phases out as the issue's table.
 func compareTable(transport string, rows []benchRow) benchTable {
 	by := map[string]*benchRow{}
@@ -166,6 +268,24 @@ func compareTable(transport string, rows []benchRow) benchTable {
 	}}
 }
 
+// idleTables lays the idle phases out, one table a relay phase.
+func idleTables(rows []benchIdleRow) []benchTable {
+	others, relays := splitRelayRows(rows, func(r benchIdleRow) string { return r.Target })
+	if len(relays) < 2 {
+		if t := idleTable(rows); t != nil {
+			return []benchTable{*t}
+		}
+		return nil
+	}
+	var tables []benchTable
+	for _, r := range relays {
+		t := idleTable(append(slices.Clone(others), r))
+		t.Title += ", relay compression " + r.Compression
+		tables = append(tables, *t)
+	}
+	return tables
+}
+
 // idleTable lays the idle phases out: memory per idle session.
 func idleTable(rows []benchIdleRow) *benchTable {
 	if len(rows) == 0 {
@@ -208,6 +328,7 @@ func printBench(w io.Writer, r benchReport) {
 	if r.ClientDeflate {
 		deflate = "offer permessage-deflate with context takeover"
 	}
+	deflate += fmt.Sprintf("; the relay answers %v, its upstream lanes offer %s, the sim answers %s", r.Compressions, r.UpstreamCompression, r.SimCompression)
 	if r.IdleSessions > 0 {
 		fmt.Fprintf(w, "%d idle WebSocket sessions per target (one turn of %d words each, then held open %.0f ms), %d accounts; clients %s\n",
 			r.IdleSessions, r.Words, r.IdleHoldMs, r.Accounts, deflate)
@@ -234,9 +355,13 @@ func printBench(w io.Writer, r benchReport) {
 		fmt.Fprintln(w)
 		printTable(w, t)
 	}
-	if r.IdleTable != nil {
+	for _, t := range r.IdleTables {
 		fmt.Fprintln(w)
-		printTable(w, *r.IdleTable)
+		printTable(w, t)
+	}
+	if len(r.Compression) > 0 {
+		fmt.Fprintln(w)
+		printCompression(w, r)
 	}
 	fmt.Fprintln(w)
 	for _, row := range r.Rows {
@@ -257,6 +382,26 @@ func printBench(w io.Writer, r benchReport) {
 		leak = "  (some did not end)"
 	}
 	fmt.Fprintf(w, "goroutines: %d before, %d after%s\n", r.Goroutines.Before, r.Goroutines.After, leak)
+}
+
+// printCompression prints the relay's phases side by side.
+func printCompression(w io.Writer, r benchReport) {
+	fmt.Fprintf(w, "relay by client-side compression (upstream lanes offer %s, the sim answers %s)\n", r.UpstreamCompression, r.SimCompression)
+	fmt.Fprintf(w, "%-10s %-9s %14s %8s %12s %16s %22s %18s\n", "transport", "setting", "CPU/event µs", "vs pipe", "wire KiB/turn", "peak RSS KiB/ses", "first token p50/p99 ms", "vs pipe p50/p99")
+	for _, c := range r.Compression {
+		if c.Transport == "idle" {
+			fmt.Fprintf(w, "%-10s %-9s idle: RSS %s KiB a session, heap+stacks %s KiB (over direct)\n", c.Transport, c.Compression,
+				cell(c.IdleRSSPerSession, "KiB"), cell(c.IdleHeapPerSession, "KiB"))
+			continue
+		}
+		vs := ""
+		if c.CPUVsPipe != nil {
+			vs = fmt.Sprintf("%.2fx", *c.CPUVsPipe)
+		}
+		fmt.Fprintf(w, "%-10s %-9s %14s %8s %12s %16s %22s %18s\n", c.Transport, c.Compression, cell(c.CPUPerEventUs, "µs"), vs,
+			cell(c.WireKiBPerTurn, "KiB"), cell(c.PeakRSSPerSession, "KiB"),
+			cell(c.FirstTokenP50, "ms")+" / "+cell(c.FirstTokenP99, "ms"), cell(c.FirstTokenP50Pipe, "ms")+" / "+cell(c.FirstTokenP99Pipe, "ms"))
+	}
 }
 
 func printTable(w io.Writer, t benchTable) {

@@ -176,12 +176,54 @@ func TestBenchIdleSessions(t *testing.T) {
 		assert.GreaterOrEqual(t, row.Goroutines, row.Open, "%s: every session was still open when memory was read", row.Target)
 		assert.InDelta(t, float64(row.Heap)/4, row.HeapPerSession, 1e-9)
 	}
-	require.NotNil(t, rep.IdleTable)
-	assert.NotNil(t, tableLine(t, *rep.IdleTable, "heap in use per session").RelayVsPipe)
+	require.Len(t, rep.IdleTables, 1)
+	assert.NotNil(t, tableLine(t, rep.IdleTables[0], "heap in use per session").RelayVsPipe)
 	assert.LessOrEqual(t, rep.Goroutines.After, rep.Goroutines.Before, "every session closed")
 	fi, err := os.Stat(heap)
 	require.NoError(t, err)
 	assert.Positive(t, fi.Size(), "the heap profile was written while the relay's sessions were held")
+}
+
+// -compression runs the relay once with each setting, beside the same
+// pipe phase: a table each, and the settings side by side. Turned off, the
+// relay sends every message as it is, so the clients' wire bytes grow.
+func TestBenchCompressionSideBySide(t *testing.T) {
+	rep := benchJSON(t, "-transport", "ws", "-targets", "pipe,relay", "-conversations", "2", "-turns", "2",
+		"-words", "400", "-accounts", "1", "-compression", "off,takeover,pooled", "-upstream-compression", "takeover", "-sim-compression", "takeover")
+	assert.Equal(t, "takeover", rep.UpstreamCompression)
+	assert.Equal(t, "takeover", rep.SimCompression)
+	require.Len(t, rep.Rows, 4)
+	var got []string
+	for _, row := range rep.Rows {
+		assert.Equal(t, 4, row.Turns, row.FirstError)
+		assert.Equal(t, row.SimEvents, row.Events, row.Target)
+		got = append(got, row.Target+"/"+row.Compression)
+	}
+	assert.Equal(t, []string{"pipe/", "relay/pooled", "relay/takeover", "relay/off"}, got, "in the canonical order")
+	require.Len(t, rep.Tables, 3)
+	for i, c := range []string{"pooled", "takeover", "off"} {
+		assert.Equal(t, "WebSocket, 2 sessions, relay compression "+c, rep.Tables[i].Title)
+	}
+	require.Len(t, rep.Compression, 3)
+	wire := map[string]float64{}
+	for _, c := range rep.Compression {
+		assert.Equal(t, "ws", c.Transport)
+		require.NotNil(t, c.WireKiBPerTurn)
+		require.NotNil(t, c.FirstTokenP50Pipe, "beside the pipe")
+		wire[c.Compression] = *c.WireKiBPerTurn
+	}
+	assert.Greater(t, wire["off"], wire["pooled"], "pooled compresses the large messages")
+	assert.Greater(t, wire["pooled"], wire["takeover"], "takeover compresses the deltas too")
+
+	idle := benchJSON(t, "-idle", "2", "-idle-hold", "0s", "-words", "5", "-accounts", "1", "-targets", "direct,relay", "-compression", "pooled,off")
+	require.Len(t, idle.Idle, 3)
+	require.Len(t, idle.IdleTables, 2)
+	require.Len(t, idle.Compression, 2)
+	assert.Equal(t, "idle", idle.Compression[0].Transport)
+	assert.NotNil(t, idle.Compression[0].IdleRSSPerSession)
+
+	_, _, err := runCLI(t, cliEnv{}, "bench", "-compression", "zstd")
+	assert.ErrorContains(t, err, `-compression: "zstd" is not one of pooled, takeover, off`)
 }
 
 // The text report is the issue's table; -help documents the flags; the

@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -39,12 +41,17 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	tz := fs.String("timezone", envOr(c, "CODEX_RELAY_TIMEZONE", "UTC"), "IANA time zone of the calendar budget windows (day, week, month) and of the usage reports' days and hours (env CODEX_RELAY_TIMEZONE), such as Europe/Berlin")
 	envProxyMode := fs.String("env-proxy", envOr(c, "CODEX_RELAY_ENV_PROXY", "use"), "whether accounts without a proxy_url of their own go through the proxy of HTTPS_PROXY, HTTP_PROXY and NO_PROXY (env CODEX_RELAY_ENV_PROXY): use or ignore")
 	laneMaxAgeText := fs.String("lane-max-age", envOr(c, "CODEX_RELAY_LANE_MAX_AGE", defaultLaneMaxAge.String()), "age at which an upstream WebSocket lane is replaced, at its next turn boundary, ahead of the upstream's 60-minute connection limit (env CODEX_RELAY_LANE_MAX_AGE): a duration above 0 and below 60m; the margin below 60m must cover the longest turn")
+	compression := registerCompressionFlags(fs, c)
 	fs.Usage = withEnvNotes(fs.Usage, c)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	clientCompression, upstreamCompression, err := compression()
+	if err != nil {
+		return err
 	}
 	loc, err := time.LoadLocation(*tz)
 	if err != nil {
@@ -76,7 +83,8 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	defer st.Close()
 
 	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel,
-		secret: secret, advertise: *advertise, retention: retention, location: loc, envProxy: envProxy, laneMaxAge: laneMaxAge}, nil)
+		secret: secret, advertise: *advertise, retention: retention, location: loc, envProxy: envProxy, laneMaxAge: laneMaxAge,
+		clientCompression: clientCompression, upstreamCompression: upstreamCompression}, nil)
 }
 
 // defaultLaneMaxAge is the lane age limit unless the operator says
@@ -102,6 +110,35 @@ func parseLaneMaxAge(text string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// registerCompressionFlags adds the WebSocket compression settings to fs;
+// the returned func reads them once fs is parsed.
+func registerCompressionFlags(fs *flag.FlagSet, c cli) func() (client, upstream relay.Compression, err error) {
+	clientMode := fs.String("ws-compression", envOr(c, "CODEX_RELAY_WS_COMPRESSION", string(relay.CompressionPooled)),
+		"how client WebSockets that offer permessage-deflate (Codex does) are answered (env CODEX_RELAY_WS_COMPRESSION): pooled (no context takeover: messages from the threshold up compressed alone by pooled compressors, nothing kept per connection), takeover (a compressor and window kept per connection, about 1 MB each) or off")
+	upstreamMode := fs.String("upstream-ws-compression", envOr(c, "CODEX_RELAY_UPSTREAM_WS_COMPRESSION", string(relay.CompressionPooled)),
+		"what the relay's upstream WebSockets offer (env CODEX_RELAY_UPSTREAM_WS_COMPRESSION): pooled, takeover or off, as for -ws-compression")
+	threshold := fs.String("ws-compression-threshold", envOr(c, "CODEX_RELAY_WS_COMPRESSION_THRESHOLD", strconv.Itoa(relay.DefaultCompressionThreshold)),
+		"smallest WebSocket message the relay compresses, in bytes, on both sides (env CODEX_RELAY_WS_COMPRESSION_THRESHOLD); smaller ones go as they are")
+	return func() (client, upstream relay.Compression, err error) {
+		n, err := strconv.Atoi(*threshold)
+		if err != nil || n < 1 || n > maxCompressionThreshold {
+			return client, upstream, fmt.Errorf("-ws-compression-threshold (CODEX_RELAY_WS_COMPRESSION_THRESHOLD) %q: give a size in bytes from 1 to %d", *threshold, maxCompressionThreshold)
+		}
+		client.Threshold, upstream.Threshold = n, n
+		if client.Mode, err = relay.ParseCompressionMode(*clientMode); err != nil {
+			return client, upstream, fmt.Errorf("-ws-compression (CODEX_RELAY_WS_COMPRESSION): %w", err)
+		}
+		if upstream.Mode, err = relay.ParseCompressionMode(*upstreamMode); err != nil {
+			return client, upstream, fmt.Errorf("-upstream-ws-compression (CODEX_RELAY_UPSTREAM_WS_COMPRESSION): %w", err)
+		}
+		return client, upstream, nil
+	}
+}
+
+// maxCompressionThreshold bounds -ws-compression-threshold: a message of
+// this size is as large as a request gets.
+const maxCompressionThreshold = 64 << 20
 
 // environmentProxy is the proxy of accounts that name none: with mode
 // "use", the one the environment's HTTPS_PROXY, HTTP_PROXY and NO_PROXY
@@ -150,6 +187,9 @@ type relayOptions struct {
 	// laneMaxAge is the age at which an upstream lane is replaced at its
 	// next turn boundary; 0 the default (55 minutes).
 	laneMaxAge time.Duration
+	// clientCompression and upstreamCompression are the WebSocket
+	// compression of each side; zero values are pooled.
+	clientCompression, upstreamCompression relay.Compression
 }
 
 // serveRelay assembles the relay and its web front on st and serves on addr
@@ -160,7 +200,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	// Everything sent for an account, token refreshes and usage polls
 	// included, goes through its proxy, or the environment's when it names
 	// none (unless the operator ignores that).
-	up := relay.NewUpstreamWith(relay.UpstreamOptions{EnvProxy: opts.envProxy})
+	up := relay.NewUpstreamWith(relay.UpstreamOptions{EnvProxy: opts.envProxy, Compression: opts.upstreamCompression})
 	tokens := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: up.HTTP, ClientFor: up.Client, TokenURL: opts.tokenURL, Logger: log.With("component", "tokens")})
 	defer tokens.Close()
 	poller := oauth.NewUsagePoller(oauth.UsagePollerConfig{Store: st, Tokens: tokens, HTTPClient: up.HTTP, ClientFor: up.Client, Logger: log.With("component", "usage")})
@@ -175,7 +215,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	}
 	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel,
 		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}, Retention: opts.retention, Location: opts.location,
-		Bridge: bridge.PoolConfig{MaxAge: cmp.Or(opts.laneMaxAge, defaultLaneMaxAge)}})
+		ClientCompression: opts.clientCompression, Bridge: bridge.PoolConfig{MaxAge: cmp.Or(opts.laneMaxAge, defaultLaneMaxAge)}})
 	rctx, stopRelay := context.WithCancel(ctx)
 	var background sync.WaitGroup
 	background.Add(2)
@@ -206,7 +246,8 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("codex-relay listening", "addr", ln.Addr().String(), "database", st.Location().String(),
-		"lane_max_age", cmp.Or(opts.laneMaxAge, defaultLaneMaxAge).String())
+		"lane_max_age", cmp.Or(opts.laneMaxAge, defaultLaneMaxAge).String(),
+		"ws_compression", opts.clientCompression.String(), "upstream_ws_compression", opts.upstreamCompression.String())
 	if onListen != nil {
 		onListen(ln.Addr().String())
 	}

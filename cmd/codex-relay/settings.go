@@ -64,6 +64,9 @@ var settings = []setting{
 	{envPrefix + "ADVERTISE_URL", notSecret},
 	{envPrefix + "ENV_PROXY", notSecret},
 	{envPrefix + "LANE_MAX_AGE", notSecret},
+	{envPrefix + "WS_COMPRESSION", notSecret},
+	{envPrefix + "UPSTREAM_WS_COMPRESSION", notSecret},
+	{envPrefix + "WS_COMPRESSION_THRESHOLD", notSecret},
 	{envPrefix + "LOG_FORMAT", notSecret},
 	{envPrefix + "LOG_LEVEL", notSecret},
 	// the admin commands (accounts, keys, bindings, usage)

@@ -51,6 +51,7 @@ type simOptions struct {
 	cipherSecret string
 	models       string
 	stateless    bool
+	compression  string
 }
 
 func runSim(ctx context.Context, c cli, args []string) error {
@@ -67,6 +68,7 @@ func runSim(ctx context.Context, c cli, args []string) error {
 	fs.StringVar(&o.models, "models", envOr(c, "CODEX_RELAY_SIM_MODELS", ""),
 		"comma-separated model slugs the models routes report (env CODEX_RELAY_SIM_MODELS); default gpt-5.5-codex,gpt-5.4,gpt-5.4-mini")
 	fs.BoolVar(&o.stateless, "stateless", false, "WebSocket connections keep no response chains: every previous_response_id is not found, as on upstreams that serve each request on its own")
+	fs.StringVar(&o.compression, "ws-compression", "pooled", "how WebSocket clients offering permessage-deflate are answered: pooled (no context takeover), takeover (context takeover, as offered) or off")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,6 +121,7 @@ func (o simOptions) config() (sim.Config, error) {
 		cfg.CipherSecret = []byte(o.cipherSecret)
 	}
 	cfg.Stateless = o.stateless
+	cfg.WSCompression = o.compression
 	for _, m := range strings.Split(o.models, ",") {
 		if m = strings.TrimSpace(m); m != "" {
 			cfg.Models = append(cfg.Models, m)

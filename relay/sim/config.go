@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
@@ -193,6 +195,11 @@ type Config struct {
 	// first message alone is tens of KiB, well past coder/websocket's 32 KiB
 	// default).
 	WSReadLimit int64
+	// WSCompression is how WebSocket clients offering permessage-deflate
+	// are answered: "" or "pooled" (no context takeover, messages of 512 B
+	// and more compressed), "takeover" (context takeover as offered: a
+	// compressor per connection, messages of 128 B and more) or "off".
+	WSCompression string
 	// WriteTimeout bounds every write of one event or answer; default 10s.
 	WriteTimeout time.Duration
 	// MaxRecords bounds the request records kept; the oldest are dropped
@@ -226,4 +233,15 @@ func (c *Config) withDefaults() {
 	if c.MaxRecords <= 0 {
 		c.MaxRecords = 10000
 	}
+}
+
+// wsCompression is Config.WSCompression as coder/websocket takes it.
+func (c *Config) wsCompression() websocket.CompressionMode {
+	switch c.WSCompression {
+	case "takeover":
+		return websocket.CompressionContextTakeover
+	case "off":
+		return websocket.CompressionDisabled
+	}
+	return websocket.CompressionNoContextTakeover
 }

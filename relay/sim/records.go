@@ -85,7 +85,10 @@ type Record struct {
 	UserAgent        string `json:"user_agent,omitempty"`
 	ChatGPTAccountID string `json:"chatgpt_account_id,omitempty"`
 	OpenAIBeta       string `json:"openai_beta,omitempty"`
-	ContentEncoding  string `json:"content_encoding,omitempty"`
+	// WSExtensions is the WebSocket handshake's Sec-WebSocket-Extensions
+	// as the client offered them (handshakes only).
+	WSExtensions    string `json:"ws_extensions,omitempty"`
+	ContentEncoding string `json:"content_encoding,omitempty"`
 	// ClientKey is true when Authorization carried a relay client key
 	// (Bearer crk_...): a relay must never send one upstream.
 	ClientKey bool `json:"client_key"`
@@ -279,6 +282,7 @@ func headerRecord(r *http.Request, kind RecordKind, transport Transport, route R
 		UserAgent:        h.Get("User-Agent"),
 		ChatGPTAccountID: h.Get(wire.HeaderChatGPTAccountID),
 		OpenAIBeta:       h.Get(wire.HeaderOpenAIBeta),
+		WSExtensions:     strings.Join(h.Values("Sec-WebSocket-Extensions"), ", "),
 		ContentEncoding:  h.Get("Content-Encoding"),
 		ClientKey:        strings.HasPrefix(token, "crk_"),
 		RequestKind:      requestKind(h.Get(wire.HeaderTurnMetadata)),

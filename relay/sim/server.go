@@ -57,6 +57,11 @@ const maxPromptCacheEntries = 10000
 // Call Close when done: it ends every stream and WebSocket connection.
 func New(cfg Config) (*Server, error) {
 	cfg.withDefaults()
+	switch cfg.WSCompression {
+	case "", "pooled", "takeover", "off":
+	default:
+		return nil, fmt.Errorf("ws compression %q: want pooled, takeover or off", cfg.WSCompression)
+	}
 	secret := cfg.CipherSecret
 	if len(secret) == 0 {
 		secret = make([]byte, 32)

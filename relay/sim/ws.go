@@ -105,7 +105,7 @@ func (s *Server) handleWebSocket(kind Kind) http.HandlerFunc {
 		ref.finish(http.StatusSwitchingProtocols, OutcomeUpgraded, s.cfg.Now())
 		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 			InsecureSkipVerify: true, // a loopback test upstream: any origin
-			CompressionMode:    websocket.CompressionNoContextTakeover,
+			CompressionMode:    s.cfg.wsCompression(),
 		})
 		if err != nil {
 			// Accept has answered the client already.
