@@ -259,10 +259,13 @@ type cachedKey struct {
 	at  time.Time
 }
 
+// changed drops the keys read, and what a read of an empty table said:
+// a key may have been written since.
 func (c *keysCache) changed() {
 	c.mu.Lock()
 	c.gen++
 	c.byID = nil
+	c.noneAt = time.Time{}
 	c.mu.Unlock()
 }
 

@@ -170,6 +170,11 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, f func(Announcemen
 	if err := l.Listen(announceChannel); err != nil {
 		return fmt.Errorf("listen for announcements: %w", err)
 	}
+	// Whatever was cached before now may have missed an announcement made
+	// before the subscription (a listing read at start, keys read while
+	// the previous listener was down): read afresh from here on.
+	s.accts.changed()
+	s.keys.changed()
 	for {
 		select {
 		case <-ctx.Done():
