@@ -58,7 +58,11 @@ func (l *Lane) read(ctx context.Context) {
 	defer close(l.done)
 	defer close(l.events)
 	for {
-		typ, data, err := l.conn.Read(ctx)
+		// Read without the lane's context: coder/websocket arms a
+		// context.AfterFunc for every frame read under a cancellable
+		// one, an allocation and two locks an event. Close unblocks the
+		// read by closing the connection.
+		typ, data, err := l.conn.Read(context.Background())
 		if err != nil {
 			l.mu.Lock()
 			l.err = err

@@ -88,14 +88,13 @@ func (t *fakeTimer) fire() {
 func TestWriteGuard(t *testing.T) {
 	t.Parallel()
 	var timer *fakeTimer
-	g := &writeGuard{timeout: 30 * time.Second, afterFunc: func(d time.Duration, f func()) guardTimer {
+	stuck := 0
+	g := &writeGuard{timeout: 30 * time.Second, onStuck: func() { stuck++ }, afterFunc: func(d time.Duration, f func()) guardTimer {
 		timer = &fakeTimer{armed: true, d: d, f: f}
 		return timer
 	}}
-	stuck := 0
-	onStuck := func() { stuck++ }
 
-	g.begin(onStuck)
+	g.begin()
 	require.NotNil(t, timer)
 	assert.True(t, timer.armed, "armed while the write is under way")
 	assert.Equal(t, 30*time.Second, timer.d)
@@ -104,9 +103,9 @@ func TestWriteGuard(t *testing.T) {
 	timer.fire()
 	assert.Zero(t, stuck, "a finished write is not stuck")
 
-	g.begin(onStuck)
+	g.begin()
 	assert.True(t, timer.armed, "the next write re-arms the one timer")
-	g.begin(onStuck)
+	g.begin()
 	g.end()
 	assert.True(t, timer.armed, "the other write is still under way")
 	assert.False(t, g.fired())
@@ -116,9 +115,9 @@ func TestWriteGuard(t *testing.T) {
 	g.end()
 	assert.False(t, timer.armed)
 
-	def := &writeGuard{}
+	def := &writeGuard{onStuck: func() {}}
 	def.afterFunc = g.afterFunc
-	def.begin(func() {})
+	def.begin()
 	assert.Equal(t, clientWriteTimeout, timer.d, "the default timeout")
 	def.end()
 }

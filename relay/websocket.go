@@ -78,7 +78,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 	conn.SetReadLimit(MaxMessageBytes)
 	ws := &wsSession{s: s, conn: conn, id: store.NewID("ws", s.cfg.Now()), client: cl, ident: ident,
-		header: r.Header.Clone(), path: r.URL.Path, writes: writeGuard{timeout: s.cfg.ClientWriteTimeout}}
+		header: r.Header.Clone(), path: r.URL.Path, writes: writeGuard{timeout: s.cfg.ClientWriteTimeout, onStuck: func() { conn.CloseNow() }}} // a client that stopped reading is let go
 	defer s.pool.Drop(ws.laneKey())
 	err = ws.run(ctx)
 	if s.closing.Err() != nil {
@@ -152,6 +152,10 @@ func (ws *wsSession) run(ctx context.Context) error {
 		cancel(ws.read(ctx, msgs))
 	}()
 	pinger := ws.pingEvery(ctx, cancel)
+	// Writes go without the session's context (see write); its end
+	// closes the connection instead, which ends a write under way.
+	stopClosing := context.AfterFunc(ctx, func() { ws.conn.CloseNow() })
+	defer stopClosing()
 	err := ws.serveLoop(ctx, msgs)
 	cancel(err)
 	pinger.Stop()
@@ -238,10 +242,17 @@ func (ws *wsSession) serveLoop(ctx context.Context, msgs <-chan []byte) error {
 	}
 }
 
+// write sends msg to the client. Its context is not handed to
+// coder/websocket, which would arm a context.AfterFunc for every message
+// under a cancellable one: a write ends when the session's context does
+// (run closes the connection then), or when the write guard fires.
 func (ws *wsSession) write(ctx context.Context, msg []byte) error {
-	ws.writes.begin(func() { ws.conn.CloseNow() }) // a client that stopped reading is let go
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ws.writes.begin()
 	defer ws.writes.end()
-	err := ws.conn.Write(ctx, websocket.MessageText, msg)
+	err := ws.conn.Write(context.Background(), websocket.MessageText, msg)
 	if err != nil && ws.writes.fired() {
 		return fmt.Errorf("%w: %w", errClientStalled, err)
 	}
@@ -424,6 +435,7 @@ func (c *wsClient) issueTurnState() string {
 // event costs no context or timer of its own.
 type writeGuard struct {
 	timeout time.Duration // zero: clientWriteTimeout
+	onStuck func()        // lets the client go; static
 	// afterFunc starts the guard's timer; time.AfterFunc when nil (tests
 	// replace it to fire the timer themselves).
 	afterFunc func(time.Duration, func()) guardTimer
@@ -439,7 +451,7 @@ type guardTimer interface {
 	Stop() bool
 }
 
-func (g *writeGuard) begin(onStuck func()) {
+func (g *writeGuard) begin() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.active++
@@ -453,7 +465,7 @@ func (g *writeGuard) begin(onStuck func()) {
 			g.mu.Lock()
 			g.stuck = true
 			g.mu.Unlock()
-			onStuck()
+			g.onStuck()
 		})
 		return
 	}
