@@ -9,6 +9,7 @@ package bridge
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,7 @@ type Lane struct {
 	// lane was opened for, for operators; set before the lane is shared.
 	SessionID, ThreadID string
 	conn                *websocket.Conn
-	events              chan []byte // closed by the reader when the connection ends
+	events              chan *Event // closed by the reader when the connection ends
 	cancel              context.CancelFunc
 	done                chan struct{} // closed when the reader has exited
 
@@ -48,7 +49,7 @@ const laneQueue = 32
 // The lane lives until Close or until the connection ends.
 func NewLane(conn *websocket.Conn, account string, header http.Header, now time.Time) *Lane {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Lane{Account: account, Opened: now, Header: header, conn: conn, events: make(chan []byte, laneQueue),
+	l := &Lane{Account: account, Opened: now, Header: header, conn: conn, events: make(chan *Event, laneQueue),
 		cancel: cancel, done: make(chan struct{})}
 	go l.read(ctx)
 	return l
@@ -58,11 +59,7 @@ func (l *Lane) read(ctx context.Context) {
 	defer close(l.done)
 	defer close(l.events)
 	for {
-		// Read without the lane's context: coder/websocket arms a
-		// context.AfterFunc for every frame read under a cancellable
-		// one, an allocation and two locks an event. Close unblocks the
-		// read by closing the connection.
-		typ, data, err := l.conn.Read(context.Background())
+		m, typ, err := l.next()
 		if err != nil {
 			l.mu.Lock()
 			l.err = err
@@ -70,19 +67,80 @@ func (l *Lane) read(ctx context.Context) {
 			return
 		}
 		if typ != websocket.MessageText {
+			m.Release()
 			continue
 		}
 		select {
-		case l.events <- data:
+		case l.events <- m:
 		case <-ctx.Done():
+			m.Release()
 			return
 		}
 	}
 }
 
+// next reads one message into a pooled buffer. It reads without the
+// lane's context: coder/websocket arms a context.AfterFunc for every frame
+// read under a cancellable one, an allocation and two locks an event.
+// Close unblocks the read by closing the connection.
+func (l *Lane) next() (*Event, websocket.MessageType, error) {
+	typ, r, err := l.conn.Reader(context.Background())
+	if err != nil {
+		return nil, 0, err
+	}
+	m := messagePool.Get().(*Event)
+	if m.Data, err = readAll(m.Data[:0], r); err != nil {
+		m.Release()
+		return nil, 0, err
+	}
+	return m, typ, nil
+}
+
+// readAll appends what r holds to b, as io.ReadAll does into a new slice.
+func readAll(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// Event is one upstream message, in a buffer lanes reuse: its Data is
+// valid until Release, after which the holder must not touch it. Passing
+// messages through pooled buffers keeps the per-event path free of
+// allocations.
+type Event struct {
+	Data []byte
+}
+
+// messagePool holds released messages' buffers.
+var messagePool = sync.Pool{New: func() any { return &Event{Data: make([]byte, 0, 1024)} }}
+
+// maxPooledMessage bounds the buffers kept: a message that grew larger (a
+// first response, a long tool call) is left to the collector.
+const maxPooledMessage = 64 << 10
+
+// Release gives the message's buffer back for reuse.
+func (m *Event) Release() {
+	if cap(m.Data) > maxPooledMessage {
+		return
+	}
+	m.Data = m.Data[:0]
+	messagePool.Put(m)
+}
+
 // Events delivers the upstream's messages, in order; it is closed when the
-// connection ends (Err then says why).
-func (l *Lane) Events() <-chan []byte { return l.events }
+// connection ends (Err then says why). The receiver releases each message
+// once done with it.
+func (l *Lane) Events() <-chan *Event { return l.events }
 
 // Err reports why the lane's reader stopped.
 func (l *Lane) Err() error {
@@ -112,10 +170,11 @@ func (l *Lane) Send(ctx context.Context, msg []byte) error {
 func (l *Lane) Drain() {
 	for {
 		select {
-		case _, ok := <-l.events:
+		case m, ok := <-l.events:
 			if !ok {
 				return
 			}
+			m.Release()
 		default:
 			return
 		}

@@ -33,29 +33,33 @@ type eventSource interface {
 	stop()
 }
 
-// laneSource reads a lane's events.
+// laneSource reads a lane's events. Each event's buffer goes back to the
+// lane's pool at the next call (the data is valid until then).
 type laneSource struct {
-	l *bridge.Lane
-	t *time.Timer // the idle deadline, reused across events
+	l    *bridge.Lane
+	t    *time.Timer   // the idle deadline, reused across events
+	prev *bridge.Event // the event returned last, released at the next call
 }
 
 func newLaneSource(l *bridge.Lane) *laneSource { return &laneSource{l: l} }
 
 func (s *laneSource) Next(ctx context.Context, idle time.Duration) ([]byte, error) {
+	s.release()
 	if s.t == nil {
 		s.t = time.NewTimer(idle)
 	} else {
 		s.t.Reset(idle) // since Go 1.23 a Reset timer never delivers a stale tick
 	}
 	select {
-	case data, ok := <-s.l.Events():
+	case m, ok := <-s.l.Events():
 		if !ok {
 			if err := s.l.Err(); err != nil {
 				return nil, err
 			}
 			return nil, io.EOF
 		}
-		return data, nil
+		s.prev = m
+		return m.Data, nil
 	case <-s.t.C:
 		return nil, errStall
 	case <-ctx.Done():
@@ -64,15 +68,28 @@ func (s *laneSource) Next(ctx context.Context, idle time.Duration) ([]byte, erro
 }
 
 func (s *laneSource) Arrived() ([]byte, bool) {
+	s.release()
 	select {
-	case data, ok := <-s.l.Events():
-		return data, ok
+	case m, ok := <-s.l.Events():
+		if !ok {
+			return nil, false
+		}
+		s.prev = m
+		return m.Data, true
 	default:
 		return nil, false
 	}
 }
 
+func (s *laneSource) release() {
+	if s.prev != nil {
+		s.prev.Release()
+		s.prev = nil
+	}
+}
+
 func (s *laneSource) stop() {
+	s.release()
 	if s.t != nil {
 		s.t.Stop()
 	}

@@ -45,6 +45,7 @@ type SSEReader struct {
 	sc       *bufio.Scanner
 	maxEvent int
 	name     string
+	lastName string // the last event name read, reused while it repeats
 	data     []byte
 	hasData  bool
 	pending  bool // some field of an undispatched event has been read
@@ -104,7 +105,12 @@ func (r *SSEReader) Next() (SSEEvent, error) {
 			r.data = append(r.data, value...)
 			r.hasData = true
 		case "event":
-			r.name = string(value)
+			// Streams repeat a few names: the last one is reused rather
+			// than allocated again for every event.
+			if string(value) != r.lastName {
+				r.lastName = string(value)
+			}
+			r.name = r.lastName
 		}
 	}
 	if err := r.sc.Err(); err != nil {
