@@ -32,7 +32,10 @@ type attemptResult struct {
 // the client's upstream lane when it has one and the account speaks
 // WebSocket, else as a plain HTTP request.
 func (s *Server) attempt(ctx context.Context, r *request, p plan, ch choice, cl clientStream) attemptResult {
-	defer s.inFlight(ch.target.Account.ID)()
+	if ch.claim == nil {
+		ch.claim = s.inFlight(ch.target.Account.ID)
+	}
+	defer ch.release()
 	h := &head{recovery: p.recovery, notice: p.fallbackNotice(ch.target), released: p.released}
 	if key, ok := cl.lane(r); ok && !s.httpOnly.has(ch.target.Account.ID, s.cfg.Now()) {
 		if res, done := s.attemptLane(ctx, r, p, ch, cl, h, key); done {

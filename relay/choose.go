@@ -15,6 +15,17 @@ type choice struct {
 	// fallbackInScope: the key's scope holds an account of the fallback
 	// group (as the accounts read for this choice said).
 	fallbackInScope bool
+	// claim counts the request in flight on the selected account from the
+	// moment it was selected (see choose); release ends it.
+	claim func()
+}
+
+// release ends the choice's in-flight count.
+func (ch *choice) release() {
+	if ch.claim != nil {
+		ch.claim()
+		ch.claim = nil
+	}
 }
 
 // choose reads the accounts in the client's scope, the thread's binding
@@ -22,6 +33,11 @@ type choice struct {
 // p's next attempt. An account whose credentials cannot be had now (its
 // refresh was rejected, the auth server is away) is passed over.
 func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[string]bool, lane string) (choice, error) {
+	if err := s.cfg.Store.WritesRefused(); err != nil {
+		// Reads may still work, but what the request leaves (its log row,
+		// binding and charge) could not be written.
+		return choice{}, storeUnavailable("write", err)
+	}
 	accounts, err := s.cfg.Store.Accounts(ctx)
 	if err != nil {
 		return choice{}, storeUnavailable("read accounts", err)
@@ -30,7 +46,7 @@ func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[str
 	cands := make([]candidate, 0, len(accounts))
 	for _, a := range accounts {
 		if r.client.key.AllowsAccount(a) {
-			cands = append(cands, candidate{Account: a, InFlight: s.InFlight(a.ID)})
+			cands = append(cands, candidate{Account: a})
 			ch.fallbackInScope = ch.fallbackInScope || isFallback(a)
 		}
 	}
@@ -51,15 +67,11 @@ func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[str
 		group = s.compactionPlace(r, prefs, cands).group(group)
 	}
 	for {
-		if p.force != "" {
-			// A recovery retry stays on its account, whatever selection would say.
-			ch.sel = selection{AccountID: p.force, Reason: reasonRecovery, Hard: true}
-		} else {
-			ch.sel, err = selectAccount(selectInput{Now: s.cfg.Now(), Owner: owner, Prefs: prefs, Candidates: cands, Exclude: exclude, Group: group})
-			if err != nil {
-				return ch, err
-			}
+		if ch.sel, err = s.selectAndClaim(p, selectInput{Now: s.cfg.Now(), Owner: owner, Prefs: prefs, Candidates: cands, Exclude: exclude, Group: group}); err != nil {
+			return ch, err
 		}
+		ch.claim = s.inFlight(ch.sel.AccountID)
+		s.balancing.Unlock()
 		var acct store.Account
 		for _, cd := range cands {
 			if cd.Account.ID == ch.sel.AccountID {
@@ -67,6 +79,7 @@ func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[str
 			}
 		}
 		if acct.ID == "" {
+			ch.release()
 			return ch, &noAccountError{Considered: len(cands)}
 		}
 		cred, err := s.credentials(ctx, acct)
@@ -74,6 +87,7 @@ func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[str
 			ch.target = target{Account: acct, Cred: cred}
 			return ch, nil
 		}
+		ch.release()
 		// This account cannot be used now: the request goes on without it.
 		s.log.Warn("account credentials unavailable", "account", acct.ID, "err", err)
 		if p.force != "" {
@@ -81,6 +95,29 @@ func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[str
 		}
 		exclude[acct.ID] = true
 	}
+}
+
+// selectAndClaim selects p's account from in, each candidate's load read
+// afresh, and returns holding s.balancing (the caller claims the selected
+// account, then unlocks): selections made at the same instant see each
+// other's claims, so a burst of new threads spreads over the accounts
+// instead of all reading the same loads and landing on one. On error the
+// lock is released.
+func (s *Server) selectAndClaim(p plan, in selectInput) (selection, error) {
+	if p.force != "" {
+		// A recovery retry stays on its account, whatever selection would say.
+		s.balancing.Lock()
+		return selection{AccountID: p.force, Reason: reasonRecovery, Hard: true}, nil
+	}
+	s.balancing.Lock()
+	for i := range in.Candidates {
+		in.Candidates[i].InFlight = s.InFlight(in.Candidates[i].Account.ID)
+	}
+	sel, err := selectAccount(in)
+	if err != nil {
+		s.balancing.Unlock()
+	}
+	return sel, err
 }
 
 // evidenceOf reads what weighEvidence decides on: who issued the client's

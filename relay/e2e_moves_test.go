@@ -2,16 +2,21 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // An operator's decision takes effect at the thread's next request, on
@@ -244,6 +249,72 @@ func TestKeyScopeChangeMovesAThreadAtItsNextRequest(t *testing.T) {
 			assert.Equal(t, "a2", last.Account, "the key's new scope holds at once")
 			assert.GreaterOrEqual(t, last.InputCount, 2, "with the thread's history")
 			assert.Equal(t, []string{h.ids["a2"]}, h.laneAccounts(), "the lane outside the scope retired")
+		})
+	}
+}
+
+// New threads arriving at the same instant spread over equal accounts:
+// each selection sees the ones made before it (counted from the moment an
+// account is selected), instead of all reading the same idle loads and
+// landing on one account, where they would queue for its lanes.
+func TestABurstOfNewThreadsSpreads(t *testing.T) {
+	const accounts, threads = 4, 40
+	for _, ws := range []bool{true, false} {
+		t.Run(map[bool]string{true: "websocket", false: "http"}[ws], func(t *testing.T) {
+			t.Parallel()
+			var accts []sim.Account
+			for i := range accounts {
+				accts = append(accts, simAccount(fmt.Sprintf("a%d", i+1), "org-a"))
+			}
+			h := newHarness(t, accts...)
+			session := func(i int) string { return fmt.Sprintf("019b0000-0000-7000-8000-%012d", i) }
+			body := responseRequest("hello [[sim:delay 1500ms]]")
+			turns := make([]func(), threads)
+			for i := range threads {
+				if ws {
+					c := h.dialWS(session(i), "") // connected first: only the first turns start at once
+					msg, err := json.Marshal(map[string]any{"type": "response.create", "model": body["model"], "input": body["input"]})
+					require.NoError(t, err)
+					turns[i] = func() {
+						ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+						defer cancel()
+						if !assert.NoError(t, c.conn.Write(ctx, websocket.MessageText, msg)) {
+							return
+						}
+						for {
+							_, data, err := c.conn.Read(ctx)
+							if !assert.NoError(t, err) {
+								return
+							}
+							if typ, _ := wire.EventType(data); wire.IsTerminal(typ) {
+								assert.Equal(t, wire.EventResponseCompleted, typ, string(data))
+								return
+							}
+						}
+					}
+				} else {
+					turns[i] = func() {
+						resp, sse := h.post(session(i), "", body, nil)
+						assert.Equal(t, http.StatusOK, resp.StatusCode, sse)
+					}
+				}
+			}
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for _, turn := range turns {
+				wg.Go(func() { <-start; turn() })
+			}
+			close(start)
+			wg.Wait()
+			per := map[string]int{}
+			for _, r := range h.responseRecords("") {
+				per[r.Account]++
+			}
+			t.Logf("new threads per account: %v", per)
+			require.Len(t, per, accounts, "every account took some")
+			for a, n := range per {
+				assert.Equal(t, threads/accounts, n, "account %s: each selection saw the others", a)
+			}
 		})
 	}
 }

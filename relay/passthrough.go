@@ -93,6 +93,7 @@ func (s *Server) chooseOrAnswer(ctx context.Context, w http.ResponseWriter, r *r
 		s.writeFailure(w, err)
 		return choice{}, false
 	}
+	ch.release() // a one-shot request does not count as load
 	return ch, true
 }
 

@@ -88,8 +88,12 @@ type Server struct {
 	metrics *metrics
 	owners  *ownerIndex       // response id / turn state -> account
 	conts   *continuity.Cache // thread-scoped history
-	// inflight counts requests under way per account id on this replica.
+	// inflight counts requests under way per account id on this replica,
+	// each from the moment its account was selected.
 	inflight sync.Map // string -> *atomic.Int64
+	// balancing serializes selections with the in-flight counts they read
+	// and the claim they add (see selectAndClaim).
+	balancing sync.Mutex
 	// pool holds every upstream lane: the HTTP bridge's and each client
 	// WebSocket's, under one cap per account.
 	pool     *bridge.Pool
