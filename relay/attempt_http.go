@@ -4,7 +4,10 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/codexrelay/codex-relay/relay/wire"
 )
@@ -32,11 +35,26 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch choice,
 	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	resp, err := s.cfg.Upstream.post(actx, ch.target, ch.target.ResponsesURL(r.sub), s.upstreamHeader(r, p, acct), body)
+	var answer answerDeadline
+	pctx := actx
+	if r.sub == "" {
+		// A stream: its headers come before any work. A compaction's
+		// document comes once it is done: the transport's header timeout
+		// bounds it.
+		pctx = answer.arm(actx, s.cfg.StreamIdleTimeout, cancel)
+	}
+	resp, err := s.cfg.Upstream.post(pctx, ch.target, ch.target.ResponsesURL(r.sub), s.upstreamHeader(r, p, acct), body)
+	stalled := answer.stop()
+	if stalled {
+		if err == nil {
+			resp.Body.Close() // it came as the deadline cancelled the request
+		}
+		err = errStall
+	}
 	now := s.cfg.Now()
 	if err != nil {
 		res.detail = joinDetail(res.detail, err.Error())
-		res.facts = attemptEnd{Now: now, Transport: err, Cancelled: ctx.Err() != nil}
+		res.facts = attemptEnd{Now: now, Transport: err, Stalled: stalled, Cancelled: ctx.Err() != nil}
 		res.fail = failUnreachable()
 		res.status, res.code = res.fail.status, res.fail.code()
 		return res
@@ -125,4 +143,37 @@ func (s *Server) answerPrewarm(ctx context.Context, r *request, ch choice, cl cl
 	res.status, res.tr, res.firstEvent = http.StatusOK, *tr, s.cfg.Now().Sub(r.start)
 	res.facts = attemptEnd{Now: s.cfg.Now(), Completed: true, Committed: true}
 	return res
+}
+
+// answerDeadline gives an upstream the stream idle deadline to start
+// answering once it has the whole request, as pump gives it between two
+// events: a port that takes the request and never answers is a stall,
+// ended within the operator's deadline rather than the transport's
+// (longer) wait for response headers. Connecting keeps its own deadline.
+type answerDeadline struct {
+	mu    sync.Mutex
+	timer *time.Timer // armed once the request is written; guarded by mu
+	done  bool        // stop was called: nothing arms it any more; guarded by mu
+}
+
+// arm returns ctx traced so that the deadline starts when the request has
+// been written; when it passes, cancel ends the request.
+func (d *answerDeadline) arm(ctx context.Context, idle time.Duration, cancel context.CancelFunc) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if w.Err == nil && d.timer == nil && !d.done {
+			d.timer = time.AfterFunc(idle, cancel)
+		}
+	}})
+}
+
+// stop disarms the deadline, once the answer's headers came or the request
+// failed, and reports whether it had passed (the request was cancelled by
+// it, or is being).
+func (d *answerDeadline) stop() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.done = true
+	return d.timer != nil && !d.timer.Stop()
 }

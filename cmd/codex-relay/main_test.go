@@ -205,6 +205,7 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		{"bad retention", map[string]string{"CODEX_RELAY_RETENTION": "a month"}, nil, "CODEX_RELAY_RETENTION"},
 		{"negative retention", map[string]string{}, []string{"serve", "-retention", "-1h"}, "-retention"},
 		{"unknown command", map[string]string{}, []string{"frobnicate"}, "unknown command"},
+		{"zero stream idle timeout", map[string]string{"CODEX_RELAY_STREAM_IDLE_TIMEOUT": "0s"}, nil, "CODEX_RELAY_STREAM_IDLE_TIMEOUT"},
 		{"unknown client compression", map[string]string{"CODEX_RELAY_WS_COMPRESSION": "gzip"}, nil, "CODEX_RELAY_WS_COMPRESSION"},
 		{"unknown upstream compression", map[string]string{}, []string{"serve", "-upstream-ws-compression", "yes"}, "want pooled, takeover or off"},
 		{"zero compression threshold", map[string]string{"CODEX_RELAY_WS_COMPRESSION_THRESHOLD": "0"}, nil, "CODEX_RELAY_WS_COMPRESSION_THRESHOLD"},

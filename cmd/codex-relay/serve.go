@@ -41,6 +41,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	tz := fs.String("timezone", envOr(c, "CODEX_RELAY_TIMEZONE", "UTC"), "IANA time zone of the calendar budget windows (day, week, month) and of the usage reports' days and hours (env CODEX_RELAY_TIMEZONE), such as Europe/Berlin")
 	envProxyMode := fs.String("env-proxy", envOr(c, "CODEX_RELAY_ENV_PROXY", "use"), "whether accounts without a proxy_url of their own go through the proxy of HTTPS_PROXY, HTTP_PROXY and NO_PROXY (env CODEX_RELAY_ENV_PROXY): use or ignore")
 	laneMaxAgeText := fs.String("lane-max-age", envOr(c, "CODEX_RELAY_LANE_MAX_AGE", defaultLaneMaxAge.String()), "age at which an upstream WebSocket lane is replaced, at its next turn boundary, ahead of the upstream's 60-minute connection limit (env CODEX_RELAY_LANE_MAX_AGE): a duration above 0 and below 60m; the margin below 60m must cover the longest turn")
+	streamIdleText := fs.String("stream-idle-timeout", envOr(c, "CODEX_RELAY_STREAM_IDLE_TIMEOUT", defaultStreamIdleTimeout.String()), "how long an upstream answer may send nothing, its first event included, before the relay ends it (env CODEX_RELAY_STREAM_IDLE_TIMEOUT): the request moves to another account when nothing reached the client yet, else the client gets response.failed; a duration above 0 that must cover the longest pause an answer makes (a long reasoning step)")
 	compression := registerCompressionFlags(fs, c)
 	fs.Usage = withEnvNotes(fs.Usage, c)
 	if err := fs.Parse(args); err != nil {
@@ -72,6 +73,10 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	streamIdle, err := time.ParseDuration(*streamIdleText)
+	if err != nil || streamIdle <= 0 {
+		return fmt.Errorf("serve: -stream-idle-timeout (CODEX_RELAY_STREAM_IDLE_TIMEOUT) %q: give a duration above 0 such as 5m", *streamIdleText)
+	}
 	log, err := newLogger(c.stderr, db.logFormat, db.logLevel)
 	if err != nil {
 		return err
@@ -84,8 +89,13 @@ func runServe(ctx context.Context, c cli, args []string) error {
 
 	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel,
 		secret: secret, advertise: *advertise, retention: retention, location: loc, envProxy: envProxy, laneMaxAge: laneMaxAge,
-		clientCompression: clientCompression, upstreamCompression: upstreamCompression}, nil)
+		streamIdleTimeout: streamIdle, clientCompression: clientCompression, upstreamCompression: upstreamCompression}, nil)
 }
+
+// defaultStreamIdleTimeout is how long an upstream answer may stay silent
+// unless the operator says otherwise (relay.Config.StreamIdleTimeout's
+// default).
+const defaultStreamIdleTimeout = 5 * time.Minute
 
 // defaultLaneMaxAge is the lane age limit unless the operator says
 // otherwise: five minutes below the upstream's limit.
@@ -187,6 +197,9 @@ type relayOptions struct {
 	// laneMaxAge is the age at which an upstream lane is replaced at its
 	// next turn boundary; 0 the default (55 minutes).
 	laneMaxAge time.Duration
+	// streamIdleTimeout ends an upstream answer that sent nothing this
+	// long; 0 the default (5 minutes).
+	streamIdleTimeout time.Duration
 	// clientCompression and upstreamCompression are the WebSocket
 	// compression of each side; zero values are pooled.
 	clientCompression, upstreamCompression relay.Compression
@@ -215,7 +228,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	}
 	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel,
 		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}, Retention: opts.retention, Location: opts.location,
-		ClientCompression: opts.clientCompression, Bridge: bridge.PoolConfig{MaxAge: cmp.Or(opts.laneMaxAge, defaultLaneMaxAge)}})
+		StreamIdleTimeout: opts.streamIdleTimeout, ClientCompression: opts.clientCompression, Bridge: bridge.PoolConfig{MaxAge: cmp.Or(opts.laneMaxAge, defaultLaneMaxAge)}})
 	rctx, stopRelay := context.WithCancel(ctx)
 	var background sync.WaitGroup
 	background.Add(2)

@@ -64,6 +64,7 @@ var settings = []setting{
 	{envPrefix + "ADVERTISE_URL", notSecret},
 	{envPrefix + "ENV_PROXY", notSecret},
 	{envPrefix + "LANE_MAX_AGE", notSecret},
+	{envPrefix + "STREAM_IDLE_TIMEOUT", notSecret},
 	{envPrefix + "WS_COMPRESSION", notSecret},
 	{envPrefix + "UPSTREAM_WS_COMPRESSION", notSecret},
 	{envPrefix + "WS_COMPRESSION_THRESHOLD", notSecret},
