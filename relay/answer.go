@@ -174,7 +174,7 @@ func failureFor(err error, now time.Time) (*failure, attemptClass) {
 		return f, classKeyLimit
 	case errors.As(err, &st):
 		return relayFailure(http.StatusServiceUnavailable, wire.TypeServerError, "store_unavailable",
-			"the relay's database did not answer; try again shortly"), classStore
+			"the relay's database is not available for this request (it did not answer, or refuses writes); try again shortly"), classStore
 	}
 	return relayFailure(http.StatusInternalServerError, wire.TypeServerError, "internal_error", "internal error"), classFailed
 }

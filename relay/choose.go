@@ -33,6 +33,11 @@ func (ch *choice) release() {
 // p's next attempt. An account whose credentials cannot be had now (its
 // refresh was rejected, the auth server is away) is passed over.
 func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[string]bool, lane string) (choice, error) {
+	if err := s.cfg.Store.WritesRefused(); err != nil {
+		// Reads may still work, but what the request leaves (its log row,
+		// binding and charge) could not be written.
+		return choice{}, storeUnavailable("write", err)
+	}
 	accounts, err := s.cfg.Store.Accounts(ctx)
 	if err != nil {
 		return choice{}, storeUnavailable("read accounts", err)

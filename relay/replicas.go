@@ -113,6 +113,17 @@ func (s *Server) heartbeat(ctx context.Context) {
 	beat()
 	t := time.NewTicker(rc.Heartbeat)
 	defer t.Stop()
+	// While the database refuses writes the heartbeat comes every second:
+	// the first that goes through readmits requests and readies /readyz
+	// (see store.WritesRefused), so a database that is back is used at once.
+	pace := func() {
+		if s.cfg.Store.WritesRefused() != nil {
+			t.Reset(min(rc.Heartbeat, time.Second))
+		} else {
+			t.Reset(rc.Heartbeat)
+		}
+	}
+	pace()
 	deregister := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
@@ -134,6 +145,7 @@ func (s *Server) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 			beat()
+			pace()
 		}
 	}
 }

@@ -17,7 +17,8 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz answers 200 when the database is reachable and fully migrated.
+// readyz answers 200 when the database is reachable, takes writes and is
+// fully migrated.
 func (s *Server) readyz(c echo.Context) error {
 	if s.cfg.Relay.Draining() {
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": "draining: the relay is stopping"})

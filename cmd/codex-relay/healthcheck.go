@@ -14,7 +14,7 @@ func runHealthcheck(ctx context.Context, c cli, args []string) error {
 	fs := newFlagSet(c, "healthcheck", "Ask the relay on this host whether it is up (GET /healthz) and exit 0 when it answers 200, 1 otherwise.\n"+
 		"It is the container image's HEALTHCHECK: the image has no shell and no curl.")
 	addr := fs.String("addr", envOr(c, "CODEX_RELAY_ADDR", DefaultAddr), "the relay's listen address (env CODEX_RELAY_ADDR); a wildcard host (0.0.0.0, ::, none) is asked on 127.0.0.1")
-	path := fs.String("path", "/healthz", "what to ask: /healthz (the process serves) or /readyz (the database answers and is migrated)")
+	path := fs.String("path", "/healthz", "what to ask: /healthz (the process serves) or /readyz (the database answers, takes writes and is migrated)")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
 	if err := fs.Parse(args); err != nil {
 		return err

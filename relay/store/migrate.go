@@ -70,10 +70,14 @@ func (s *Store) SchemaVersion(ctx context.Context) (current, latest int64, err e
 	return p.GetVersions(ctx)
 }
 
-// Ready reports whether the database answers and every migration is applied.
+// Ready reports whether the database answers, takes writes (its latest
+// write went through: see WritesRefused) and every migration is applied.
 func (s *Store) Ready(ctx context.Context) error {
 	if err := s.Ping(ctx); err != nil {
 		return fmt.Errorf("database unreachable: %w", err)
+	}
+	if err := s.WritesRefused(); err != nil {
+		return fmt.Errorf("database refuses writes: %w", err)
 	}
 	cur, latest, err := s.SchemaVersion(ctx)
 	if err != nil {

@@ -46,6 +46,7 @@ func (s *Store) Heartbeat(ctx context.Context, r Replica) error {
 	_, err := s.exec(ctx, `INSERT INTO replicas (id, name, address, started_at, heartbeat_at, lanes) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, address = excluded.address, heartbeat_at = excluded.heartbeat_at, lanes = excluded.lanes`,
 		r.ID, r.Name, r.Address, r.StartedAt.UnixMilli(), s.now().UnixMilli(), lanes)
+	s.noteWrite(ctx, err)
 	if err != nil {
 		return fmt.Errorf("replica heartbeat: %w", err)
 	}
@@ -233,6 +234,7 @@ func (s *Store) LeaseLane(ctx context.Context, threadKey, scope, me string, live
 		WHERE lane_leases.replica_id = excluded.replica_id
 			OR NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = lane_leases.replica_id AND r.heartbeat_at >= ?)`,
 		threadKey, scope, me, now, liveSince.UnixMilli())
+	s.noteWrite(ctx, err)
 	if err != nil {
 		return LaneLease{}, fmt.Errorf("lease lane: %w", err)
 	}

@@ -137,7 +137,7 @@ func (s *Store) RecordRequest(ctx context.Context, r RequestRecord, as []Attempt
 	if r.Reserved {
 		s.warm(ctx, settleReservation)
 	}
-	return s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		ex := s.execIn(tx)
 		if err := logRequest(ctx, ex, r); err != nil {
 			return err
@@ -149,6 +149,8 @@ func (s *Store) RecordRequest(ctx context.Context, r RequestRecord, as []Attempt
 		}
 		return recordAttempts(ctx, ex, as)
 	})
+	s.noteWrite(ctx, err)
+	return err
 }
 
 func logRequest(ctx context.Context, exec execFunc, r RequestRecord) error {

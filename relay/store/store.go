@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -247,6 +248,9 @@ type Store struct {
 	// handler, waiting transactions poll for the lock, and under load an
 	// unlucky one can lose every round until its busy timeout.
 	writeTx sync.Mutex
+	// refused holds the error of the latest write that tells whether the
+	// database takes writes (see noteWrite); nil once one went through.
+	refused atomic.Pointer[error]
 }
 
 // Options configure Open.
@@ -319,6 +323,40 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 func (s *Store) now() time.Time { return s.nowFunc() }
+
+// noteWrite keeps the outcome of a write made on ctx that tells whether
+// the database takes writes: the replica heartbeat, made whatever the
+// traffic, a thread's lane lease, taken before an HTTP request is served,
+// and the request log, written after every request. Reads can succeed where
+// writes fail (a SQLite file gone read-only, a full disk), so only writes
+// tell. A write cut by its context (queued past its deadline under load;
+// each driver reports that in its own words) and a duplicate row tell
+// nothing of the database and change nothing.
+func (s *Store) noteWrite(ctx context.Context, err error) {
+	switch {
+	case err == nil:
+		if s.refused.Load() != nil {
+			s.refused.Store(nil)
+		}
+	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), isUniqueViolation(err):
+	default:
+		err = s.loc.scrub(err)
+		s.refused.Store(&err)
+	}
+}
+
+// WritesRefused reports the error of the latest write that the database
+// refused, or nil when it took the latest one (or none was made yet). The
+// relay admits no request while it is set, and /readyz fails: a request
+// served then would leave no log row, no binding and no charge. The next
+// such write that goes through (the heartbeat, every few seconds, at the
+// latest) clears it.
+func (s *Store) WritesRefused() error {
+	if p := s.refused.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // q rebinds a query written with ? placeholders for the driver.
 func (s *Store) q(query string) string { return s.db.Rebind(query) }
