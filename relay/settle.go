@@ -20,7 +20,8 @@ import (
 // compacted one), the binding plan and fresh soft rows, and an account that
 // served again after its reset.
 func (s *Server) settle(ctx context.Context, r *request, ch choice, h *head, tr *tracker, input []json.RawMessage) {
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := storeWriteContext(ctx)
+	defer cancel()
 	acct := ch.target.Account.ID
 	if h.turnState != "" {
 		s.owners.put(turnStateKey(h.turnState), owner{account: acct, scope: r.client.scope(), proxy: h.proxy})
@@ -88,6 +89,8 @@ func (s *Server) penalise(ctx context.Context, accountID string, p *penalty) {
 	if p == nil {
 		return
 	}
+	ctx, cancel := storeWriteContext(ctx)
+	defer cancel()
 	if _, err := s.cfg.Store.SetAccountStatus(ctx, accountID, p.Status, p.Reason, p.Until); err != nil {
 		s.log.Warn("penalise account", "account", accountID, "err", err)
 	}
@@ -104,6 +107,8 @@ func (s *Server) foldLimits(ctx context.Context, accountID string, rl wire.RateL
 	if !p.Known && !sec.Known {
 		return
 	}
+	ctx, cancel := storeWriteContext(ctx)
+	defer cancel()
 	if err := s.cfg.Store.UpdateUsage(ctx, accountID, p, sec); err != nil {
 		s.log.Warn("update usage", "account", accountID, "err", err)
 	}
@@ -118,4 +123,15 @@ func usageWindow(w *wire.RateLimitWindow) store.Window {
 		sw.ResetAt = time.Unix(w.ResetAt, 0).UTC()
 	}
 	return sw
+}
+
+// storeWriteTimeout bounds the writes a request leaves behind (its
+// binding, the account's usage windows or status): they must not end with
+// the client, and must not hold a stream's last event for as long as TCP
+// takes to give up on a database that stopped answering.
+const storeWriteTimeout = 5 * time.Second
+
+// storeWriteContext is ctx without its cancellation, with storeWriteTimeout.
+func storeWriteContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), storeWriteTimeout)
 }

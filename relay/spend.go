@@ -116,7 +116,7 @@ func (s *Server) finishReservation(ctx context.Context, r *request, tr *tracker)
 		return
 	}
 	cost, _ := s.price(ctx, r, tr, cmp.Or(tr.tier, serviceTier(r.body)))
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := storeWriteContext(ctx)
 	defer cancel()
 	if err := s.cfg.Store.FinishReservation(ctx, r.id, budget.Use{Requests: 1, Tokens: tr.total, CostNanos: cost}); err != nil {
 		s.log.Warn("finish budget reservation", "request", r.id, "err", err)
