@@ -82,6 +82,12 @@ func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
 		log.attempt(n, acct, prev, out.Class, cmp.Or(out.Recovery, p.recovery), out.Action, res.status, res.code, res.detail, started, res.firstEvent)
 		log.served(acct, p.recovery, res)
 		s.penalise(context.WithoutCancel(ctx), acct, out.Penalty)
+		switch {
+		case unreachableSign(out.Class, res.facts):
+			s.unreachable.mark(acct, s.cfg.Now().Add(unreachableFor))
+		case out.Action == actionDone:
+			s.unreachable.clear(acct)
+		}
 		prev = acct
 		switch out.Action {
 		case actionDone:

@@ -46,7 +46,7 @@ func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[str
 	cands := make([]candidate, 0, len(accounts))
 	for _, a := range accounts {
 		if r.client.key.AllowsAccount(a) {
-			cands = append(cands, candidate{Account: a})
+			cands = append(cands, candidate{Account: a, Unreachable: s.unreachable.has(a.ID, s.cfg.Now())})
 			ch.fallbackInScope = ch.fallbackInScope || isFallback(a)
 		}
 	}

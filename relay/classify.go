@@ -247,3 +247,21 @@ func retryAfter(msg string, def time.Duration) time.Duration {
 
 // errStall is the transport error of a stream that went quiet.
 var errStall = errors.New("upstream sent nothing within the idle deadline")
+
+// unreachableFor is how long new threads pass over an account whose
+// upstream did not answer: long enough that a dead port does not make
+// every new thread wait out a connect or handshake deadline, short enough
+// that an upstream back from a blip is used again soon.
+const unreachableFor = 30 * time.Second
+
+// unreachableSign reports an attempt that found the account's upstream not
+// answering at all: no connection, no handshake, no answer to a request
+// it had taken, before anything reached the client. A stream cut or
+// stalled after it started is the upstream's trouble with one request,
+// not a dead port. Pure.
+func unreachableSign(c attemptClass, e attemptEnd) bool {
+	if e.Committed || e.Cancelled {
+		return false
+	}
+	return c == classTransport || (c == classStall && e.Status == 0)
+}

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,5 +142,50 @@ func TestInFlightCountsARequestWhileItRuns(t *testing.T) {
 			<-done
 			require.Eventually(t, func() bool { return h.relay.InFlight(a1) == 0 }, 10*time.Second, 10*time.Millisecond, "and no more once it ended")
 		})
+	}
+}
+
+// An account whose upstream takes connections and never answers costs the
+// first new thread its deadline (it then fails over before any output),
+// and not the next ones: they go straight to an account that answers,
+// while the dead one is passed over for a while.
+func TestDeadUpstreamIsPassedOverByNewThreads(t *testing.T) {
+	t.Parallel()
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var accepted atomic.Int64
+	var held sync.WaitGroup
+	done := make(chan struct{})
+	t.Cleanup(func() { hole.Close(); close(done); held.Wait() })
+	go func() {
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			held.Go(func() { <-done; c.Close() }) // holds it, answers nothing
+		}
+	}()
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) {
+		up := relay.NewUpstreamWith(relay.UpstreamOptions{})
+		up.DialTimeout = time.Second
+		c.Upstream, c.StreamIdleTimeout = up, time.Second
+	}, simAccount("live", "org-a"))
+	ctx := context.Background()
+	_, err = h.store.CreateAccount(ctx, store.Account{Kind: store.KindOpenAI, Label: "dead", Organization: "org-a", Priority: 10,
+		BaseURL: "http://" + hole.Addr().String() + "/v1"}, store.Credentials{APIKey: "sk-dead"})
+	require.NoError(t, err)
+
+	for i := range 3 {
+		resp, sse := h.post(fmt.Sprintf("019b1111-0000-7000-8000-%012d", i), "", responseRequest("hello"), nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode, sse)
+		require.NotEmpty(t, completedID(t, sse), "thread %d completed", i)
+	}
+	assert.Equal(t, int64(1), accepted.Load(), "only the first new thread tried the dead upstream")
+	recs := h.responseRecords("")
+	require.Len(t, recs, 3)
+	for _, r := range recs {
+		assert.Equal(t, "live", r.Account)
 	}
 }

@@ -14,6 +14,11 @@ import (
 type candidate struct {
 	Account  store.Account
 	InFlight int // requests under way on this replica
+	// Unreachable: the account's upstream did not answer lately (a
+	// connect, handshake or first-answer deadline passed, the connection
+	// was refused): new threads go elsewhere for a while. A thread that
+	// prefers or must have the account still tries it.
+	Unreachable bool
 }
 
 // Why an account was selected, when no hard owner chose it.
@@ -147,7 +152,7 @@ func selectAccount(in selectInput) (selection, error) {
 		}
 	}
 
-	var pool []candidate
+	var pool, unreachable []candidate
 	var earliest time.Time
 	for _, c := range in.Candidates {
 		if !inGroup(c.Account.ID) {
@@ -155,12 +160,19 @@ func selectAccount(in selectInput) (selection, error) {
 		}
 		ok, _, until := availability(c, in.Now)
 		if ok && !in.Exclude[c.Account.ID] {
-			pool = append(pool, c)
+			if c.Unreachable {
+				unreachable = append(unreachable, c)
+			} else {
+				pool = append(pool, c)
+			}
 			continue
 		}
 		if !until.IsZero() && (earliest.IsZero() || until.Before(earliest)) {
 			earliest = until
 		}
+	}
+	if len(pool) == 0 {
+		pool = unreachable // better to try again than to refuse
 	}
 	if len(pool) == 0 {
 		n := 0

@@ -246,3 +246,47 @@ func TestWeighEvidence(t *testing.T) {
 		})
 	}
 }
+
+// An account whose upstream did not answer lately is passed over by new
+// threads while another can take them, and still taken when none can; a
+// thread that prefers it, or must have it, still goes there.
+func TestUnreachableAccounts(t *testing.T) {
+	now := time.Now()
+	dead := candidate{Account: acct("dead", prio(10)), Unreachable: true}
+	live := candidate{Account: acct("live")}
+	for _, tc := range []struct {
+		name string
+		in   selectInput
+		want string
+	}{
+		{"a new thread goes elsewhere", selectInput{Candidates: []candidate{dead, live}}, "live"},
+		{"unless no other can serve", selectInput{Candidates: []candidate{dead, live}, Exclude: map[string]bool{"live": true}}, "dead"},
+		{"the thread's own row still tries it", selectInput{Candidates: []candidate{dead, live}, Prefs: preferences{Thread: "dead"}}, "dead"},
+		{"a hard owner still tries it", selectInput{Candidates: []candidate{dead, live}, Owner: hardOwner{account: "dead", source: hardPreviousResponse}}, "dead"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.Now = now
+			sel, err := selectAccount(tc.in)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, sel.AccountID)
+		})
+	}
+}
+
+func TestUnreachableSign(t *testing.T) {
+	for _, tc := range []struct {
+		class attemptClass
+		end   attemptEnd
+		want  bool
+	}{
+		{classTransport, attemptEnd{}, true},
+		{classStall, attemptEnd{Stalled: true}, true},
+		{classStall, attemptEnd{Stalled: true, Committed: true}, false},
+		{classTransport, attemptEnd{Cancelled: true}, false},
+		{classStreamCut, attemptEnd{StreamCut: true}, false},
+		{classStall, attemptEnd{Stalled: true, Status: 200}, false},
+		{classUsageLimit, attemptEnd{Status: 429}, false},
+	} {
+		assert.Equal(t, tc.want, unreachableSign(tc.class, tc.end), "%s %+v", tc.class, tc.end)
+	}
+}

@@ -97,7 +97,10 @@ type Server struct {
 	// pool holds every upstream lane: the HTTP bridge's and each client
 	// WebSocket's, under one cap per account.
 	pool     *bridge.Pool
-	httpOnly httpOnly
+	httpOnly accountMarks
+	// unreachable are the accounts whose upstream did not answer lately
+	// (see unreachableFor).
+	unreachable accountMarks
 	// sessions are the live client WebSocket sessions; Close ends them
 	// (their connections are hijacked, so http.Server.Shutdown does not).
 	sessions sync.WaitGroup

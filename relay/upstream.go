@@ -317,14 +317,15 @@ func (e *upgradeRefusedError) Error() string {
 	return fmt.Sprintf("upstream refused the WebSocket upgrade with %d", e.status)
 }
 
-// httpOnly remembers accounts whose upstream refused WebSocket upgrades, so
-// their HTTP clients are served over plain HTTP for a while.
-type httpOnly struct {
+// accountMarks remembers accounts until a time each: those whose upstream
+// refused WebSocket upgrades (served over plain HTTP for a while), and
+// those whose upstream did not answer (passed over by new threads).
+type accountMarks struct {
 	mu    sync.Mutex
 	until map[string]time.Time // guarded by mu
 }
 
-func (h *httpOnly) mark(account string, until time.Time) {
+func (h *accountMarks) mark(account string, until time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.until == nil {
@@ -333,7 +334,13 @@ func (h *httpOnly) mark(account string, until time.Time) {
 	h.until[account] = until
 }
 
-func (h *httpOnly) has(account string, now time.Time) bool {
+func (h *accountMarks) clear(account string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.until, account)
+}
+
+func (h *accountMarks) has(account string, now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	u, ok := h.until[account]
