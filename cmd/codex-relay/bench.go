@@ -82,6 +82,7 @@ type benchOptions struct {
 	transports    []string
 	targets       []string
 	clientDeflate bool
+	prewarm       bool // WebSocket sessions send Codex's generate:false request first
 	// compressions are the relay's answers to the clients' deflate offer:
 	// the relay target runs once with each. upstreamCompression is what
 	// its upstream lanes offer; simCompression how the sim answers.
@@ -110,6 +111,7 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	transports := fs.String("transport", "http,ws", "transports to measure: http, ws, or both comma-separated")
 	targets := fs.String("targets", "direct,pipe,relay", "targets to measure, comma-separated: direct, pipe, relay (the CPU over direct and the ratios need all three)")
 	fs.BoolVar(&o.clientDeflate, "client-deflate", true, "WebSocket clients offer permessage-deflate with context takeover, as Codex does by default")
+	fs.BoolVar(&o.prewarm, "prewarm", false, "WebSocket sessions send a prewarm response.create (generate:false) as soon as they connect and chain the first turn to it, as Codex does; with -burst, before the burst")
 	compressions := fs.String("compression", string(relay.CompressionPooled), "how the relay answers the WebSocket clients' permessage-deflate offer (CODEX_RELAY_WS_COMPRESSION): pooled, takeover or off; several comma-separated run the relay target once with each, side by side")
 	upstreamCompression := fs.String("upstream-compression", string(relay.CompressionPooled), "what the relay's upstream WebSockets offer (CODEX_RELAY_UPSTREAM_WS_COMPRESSION): pooled, takeover or off")
 	fs.StringVar(&o.simCompression, "sim-compression", "pooled", "how the simulated upstream answers a deflate offer (the clients' on direct and pipe, the relay's): pooled, takeover or off")
@@ -321,7 +323,7 @@ type benchEnv struct {
 func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchReport, error) {
 	rep := benchReport{Conversations: o.conversations, Turns: o.turns, Words: o.words, Deltas: o.deltas,
 		PaceMs: ms(o.pace), RampMs: ms(o.ramp), Burst: o.burst, IdleSessions: o.idle, Accounts: o.accounts, ClientDeflate: o.clientDeflate,
-		UpstreamCompression: string(o.upstreamCompression), SimCompression: o.simCompression, Compressions: o.compressions,
+		UpstreamCompression: string(o.upstreamCompression), SimCompression: o.simCompression, Compressions: o.compressions, Prewarm: o.prewarm,
 		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), CPUModel: cpuModel(),
 		Method: benchMethod}
 	if o.idle > 0 {

@@ -226,7 +226,13 @@ func (b *benchConversation) dial(ctx context.Context) (*websocket.Conn, error) {
 // runWebSocket sends turns on conn, chained with previous_response_id and
 // carrying only the new input, as Codex does.
 func (b *benchConversation) runWebSocket(ctx context.Context, conn *websocket.Conn, turns int, sample func(turnSample)) error {
-	previous := ""
+	previous, prewarmEvents := "", 0
+	if b.o.prewarm {
+		var err error
+		if previous, prewarmEvents, err = b.prewarm(ctx, conn); err != nil {
+			return fmt.Errorf("%s websocket prewarm: %w", b.target.name, err)
+		}
+	}
 	for turn := range turns {
 		msg := map[string]any{"type": "response.create", "model": "gpt-5.5-codex", "stream": true, "store": false,
 			"prompt_cache_key": b.session, "input": []any{b.prompt(turn)}}
@@ -239,6 +245,9 @@ func (b *benchConversation) runWebSocket(ctx context.Context, conn *websocket.Co
 			return fmt.Errorf("%s websocket turn %d: %w", b.target.name, turn+1, err)
 		}
 		s.turn = turn
+		if turn == 0 {
+			s.events += prewarmEvents // read on this session, counted by the sim too
+		}
 		sample(s)
 		previous = id
 	}
@@ -276,6 +285,44 @@ func (b *benchConversation) wsTurn(ctx context.Context, conn *websocket.Conn, ms
 				return turnSample{}, "", fmt.Errorf("response.completed without a response id")
 			}
 			return s, ev.Response.ID, nil
+		}
+	}
+}
+
+// prewarm sends what Codex sends as soon as its WebSocket is open: a
+// response.create with generate:false and no input, answered by
+// response.created and response.completed; the first turn chains to it.
+// It returns the prewarm's response id and the events read.
+func (b *benchConversation) prewarm(ctx context.Context, conn *websocket.Conn) (string, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.o.turnTimeout)
+	defer cancel()
+	data, err := json.Marshal(map[string]any{"type": "response.create", "model": "gpt-5.5-codex", "stream": true, "store": false,
+		"prompt_cache_key": b.session, "generate": false, "input": []any{}})
+	if err != nil {
+		return "", 0, err
+	}
+	if err := conn.Write(ctx, websocket.MessageText, data); err != nil {
+		return "", 0, err
+	}
+	for events := 1; ; events++ {
+		_, frame, err := conn.Read(ctx)
+		if err != nil {
+			return "", events, err
+		}
+		typ, _ := wire.EventType(frame)
+		switch {
+		case typ == "response.completed":
+			var ev struct {
+				Response struct {
+					ID string `json:"id"`
+				} `json:"response"`
+			}
+			if err := json.Unmarshal(frame, &ev); err != nil || ev.Response.ID == "" {
+				return "", events, errors.New("prewarm: response.completed without a response id")
+			}
+			return ev.Response.ID, events, nil
+		case wire.IsTerminal(typ) || typ == "error":
+			return "", events, fmt.Errorf("prewarm: %s: %s", typ, clipText(string(frame), 300))
 		}
 	}
 }

@@ -23,6 +23,7 @@ type benchReport struct {
 	IdleHoldMs    float64 `json:"idle_hold_ms,omitempty"`
 	Accounts      int     `json:"accounts"`
 	ClientDeflate bool    `json:"client_deflate"`
+	Prewarm       bool    `json:"prewarm"`
 	// UpstreamCompression is what the relay's upstream lanes offered,
 	// SimCompression how the sim answered (the relay's rows carry the
 	// client side's).
@@ -329,6 +330,9 @@ func printBench(w io.Writer, r benchReport) {
 		deflate = "offer permessage-deflate with context takeover"
 	}
 	deflate += fmt.Sprintf("; the relay answers %v, its upstream lanes offer %s, the sim answers %s", r.Compressions, r.UpstreamCompression, r.SimCompression)
+	if r.Prewarm {
+		deflate += "; each session prewarms (generate:false) as it connects"
+	}
 	if r.IdleSessions > 0 {
 		fmt.Fprintf(w, "%d idle WebSocket sessions per target (one turn of %d words each, then held open %.0f ms), %d accounts; clients %s\n",
 			r.IdleSessions, r.Words, r.IdleHoldMs, r.Accounts, deflate)

@@ -226,6 +226,24 @@ func TestBenchCompressionSideBySide(t *testing.T) {
 	assert.ErrorContains(t, err, `-compression: "zstd" is not one of pooled, takeover, off`)
 }
 
+// -prewarm sends Codex's generate:false request first on every WebSocket
+// session and chains the first turn to it: every target serves it, and the
+// prewarm's events count on both sides (the relay adds its own turn-state
+// event to the prewarm's answer).
+func TestBenchPrewarm(t *testing.T) {
+	rep := benchJSON(t, "-transport", "ws", "-conversations", "2", "-turns", "2", "-words", "10", "-accounts", "1", "-prewarm", "-burst")
+	assert.True(t, rep.Prewarm)
+	require.Len(t, rep.Rows, 3)
+	for _, row := range rep.Rows {
+		assert.Equal(t, 4, row.Turns, row.FirstError)
+		if row.Target == targetRelay {
+			assert.Equal(t, row.SimEvents+2, row.Events, "one turn-state event a session from the relay")
+		} else {
+			assert.Equal(t, row.SimEvents, row.Events, row.Target)
+		}
+	}
+}
+
 // The text report is the issue's table; -help documents the flags; the
 // profiles asked for are written.
 func TestBenchTableHelpAndProfiles(t *testing.T) {
