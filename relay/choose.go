@@ -67,11 +67,9 @@ func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[str
 		group = s.compactionPlace(r, prefs, cands).group(group)
 	}
 	for {
-		if ch.sel, err = s.selectAndClaim(p, selectInput{Now: s.cfg.Now(), Owner: owner, Prefs: prefs, Candidates: cands, Exclude: exclude, Group: group}); err != nil {
+		if ch.sel, ch.claim, err = s.selectAndClaim(p, selectInput{Now: s.cfg.Now(), Owner: owner, Prefs: prefs, Candidates: cands, Exclude: exclude, Group: group}); err != nil {
 			return ch, err
 		}
-		ch.claim = s.inFlight(ch.sel.AccountID)
-		s.balancing.Unlock()
 		var acct store.Account
 		for _, cd := range cands {
 			if cd.Account.ID == ch.sel.AccountID {
@@ -98,26 +96,25 @@ func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[str
 }
 
 // selectAndClaim selects p's account from in, each candidate's load read
-// afresh, and returns holding s.balancing (the caller claims the selected
-// account, then unlocks): selections made at the same instant see each
-// other's claims, so a burst of new threads spreads over the accounts
-// instead of all reading the same loads and landing on one. On error the
-// lock is released.
-func (s *Server) selectAndClaim(p plan, in selectInput) (selection, error) {
+// afresh, and counts the request in flight there at once (claim ends
+// that), all under s.balancing: selections made at the same instant see
+// each other's claims, so a burst of new threads spreads over the accounts
+// instead of all reading the same loads and landing on one.
+func (s *Server) selectAndClaim(p plan, in selectInput) (selection, func(), error) {
+	s.balancing.Lock()
+	defer s.balancing.Unlock()
 	if p.force != "" {
 		// A recovery retry stays on its account, whatever selection would say.
-		s.balancing.Lock()
-		return selection{AccountID: p.force, Reason: reasonRecovery, Hard: true}, nil
+		return selection{AccountID: p.force, Reason: reasonRecovery, Hard: true}, s.inFlight(p.force), nil
 	}
-	s.balancing.Lock()
 	for i := range in.Candidates {
 		in.Candidates[i].InFlight = s.InFlight(in.Candidates[i].Account.ID)
 	}
 	sel, err := selectAccount(in)
 	if err != nil {
-		s.balancing.Unlock()
+		return sel, nil, err
 	}
-	return sel, err
+	return sel, s.inFlight(sel.AccountID), nil
 }
 
 // evidenceOf reads what weighEvidence decides on: who issued the client's
