@@ -5,17 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -491,64 +485,6 @@ func killNineMidStreamAndRestart(t *testing.T, bin, dbURL string) {
 	assert.Empty(t, w.PreviousResponseID)
 }
 
-// balancer is a round-robin load balancer in front of replica processes,
-// as a plain one in a deployment is: each request goes to the next backend
-// in turn, and a backend that refuses the connection (a dead process) is
-// skipped for the next one. Keep-alives are off so a dead backend always
-// shows as a refused dial, which is safe to retry: the request never
-// reached it.
-type balancer struct {
-	backends  []*url.URL
-	transport *http.Transport
-	next      atomic.Int64
-}
-
-func newBalancer(t *testing.T, bases ...string) *httptest.Server {
-	b := &balancer{transport: &http.Transport{DisableKeepAlives: true, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}}
-	for _, base := range bases {
-		u, err := url.Parse(base)
-		require.NoError(t, err)
-		b.backends = append(b.backends, u)
-	}
-	srv := httptest.NewServer(b)
-	t.Cleanup(srv.Close)
-	return srv
-}
-
-func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	if err != nil {
-		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	first := int(b.next.Add(1))
-	for i := range b.backends {
-		target := b.backends[(first+i)%len(b.backends)]
-		refused := false
-		proxy := &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.SetURL(target)
-				pr.Out.Body = io.NopCloser(bytes.NewReader(body))
-				pr.Out.ContentLength = int64(len(body))
-			},
-			Transport:     b.transport,
-			FlushInterval: -1,
-			ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-				if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
-					refused = true
-					return
-				}
-				http.Error(w, "backend: "+err.Error(), http.StatusBadGateway)
-			},
-		}
-		proxy.ServeHTTP(w, r)
-		if !refused {
-			return
-		}
-	}
-	http.Error(w, "no backend is up", http.StatusBadGateway)
-}
-
 // replicaLanes maps each thread with a bridge lane on the replica at base
 // (its own lanes, not the ones it lists for the others) to the replica's
 // name.
@@ -620,7 +556,7 @@ func TestReplicaKilledLeasesMoveToSurvivor(t *testing.T) {
 	ids := addCrashAccounts(t, procs[0].url, upstream)
 	code, key, raw := request(t, http.MethodPost, procs[1].url+"/api/v1/keys", crashAdminToken, map[string]any{"name": "codex"})
 	require.Equal(t, http.StatusCreated, code, raw)
-	lb := newBalancer(t, procs[0].url, procs[1].url)
+	_, lb := newBalancer(t, procs[0].url, procs[1].url)
 
 	const n = 4
 	convs := make([]*conversation, n)

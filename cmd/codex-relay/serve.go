@@ -229,7 +229,12 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel,
 		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}, Retention: opts.retention, Location: opts.location,
 		StreamIdleTimeout: opts.streamIdleTimeout, ClientCompression: opts.clientCompression, Bridge: bridge.PoolConfig{MaxAge: cmp.Or(opts.laneMaxAge, defaultLaneMaxAge)}})
-	rctx, stopRelay := context.WithCancel(ctx)
+	// The relay's background work (its lane pool, heartbeat, housekeeping)
+	// outlives the signal: it ends after the drain below, when this
+	// function returns. Cancelled with ctx, the pool would close every
+	// lane at the signal, busy ones included, and cut the turns the drain
+	// is there to let finish.
+	rctx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
 	background.Add(2)
 	go func() { defer background.Done(); rl.Run(rctx) }()
