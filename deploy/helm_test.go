@@ -157,13 +157,14 @@ func lintChart(t *testing.T, values map[string]any) {
 // the ServiceMonitor, the Ingress and the HTTPRoute, and more.
 func allOptions() map[string]any {
 	return map[string]any{
-		"replicaCount":                  3,
-		"image":                         map[string]any{"digest": "sha256:" + strings.Repeat("a", 64)},
-		"imagePullSecrets":              []any{map[string]any{"name": "regcred"}},
-		"secretKey":                     map[string]any{"existingSecret": "relay-key", "existingSecretKey": "key"},
-		"adminToken":                    map[string]any{"existingSecret": "relay-admin", "existingSecretKey": "token"},
-		"database":                      map[string]any{"existingSecret": "pg-app", "existingSecretKey": "uri"},
-		"config":                        map[string]any{"timezone": "Europe/Berlin", "retention": "2160h", "fallbackModel": "gpt-5.1-codex-mini", "laneMaxAge": "50m", "envProxy": "ignore", "tokenURL": "https://auth.example/oauth/token"},
+		"replicaCount":     3,
+		"image":            map[string]any{"digest": "sha256:" + strings.Repeat("a", 64)},
+		"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
+		"secretKey":        map[string]any{"existingSecret": "relay-key", "existingSecretKey": "key"},
+		"adminToken":       map[string]any{"existingSecret": "relay-admin", "existingSecretKey": "token"},
+		"database":         map[string]any{"existingSecret": "pg-app", "existingSecretKey": "uri"},
+		"config": map[string]any{"timezone": "Europe/Berlin", "retention": "2160h", "fallbackModel": "gpt-5.1-codex-mini", "laneMaxAge": "50m", "envProxy": "ignore", "tokenURL": "https://auth.example/oauth/token",
+			"streamIdleTimeout": "10m", "wsCompression": "off", "upstreamWsCompression": "takeover", "wsCompressionThreshold": 1024},
 		"extraEnv":                      []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}},
 		"terminationGracePeriodSeconds": 120,
 		"drain":                         map[string]any{"preStopSeconds": 15, "timeoutSeconds": 90},
@@ -423,6 +424,8 @@ func TestHelmAllOptions(t *testing.T) {
 		"CODEX_RELAY_TIMEZONE": "Europe/Berlin", "CODEX_RELAY_RETENTION": "2160h", "CODEX_RELAY_FALLBACK_MODEL": "gpt-5.1-codex-mini",
 		"CODEX_RELAY_LANE_MAX_AGE": "50m", "CODEX_RELAY_ENV_PROXY": "ignore", "CODEX_RELAY_TOKEN_URL": "https://auth.example/oauth/token",
 		"CODEX_RELAY_LOG_FORMAT": "json", "CODEX_RELAY_LOG_LEVEL": "info", "HTTPS_PROXY": "http://proxy:3128",
+		"CODEX_RELAY_STREAM_IDLE_TIMEOUT": "10m", "CODEX_RELAY_WS_COMPRESSION": "off", "CODEX_RELAY_UPSTREAM_WS_COMPRESSION": "takeover",
+		"CODEX_RELAY_WS_COMPRESSION_THRESHOLD": "1024",
 	} {
 		e, _ := envVar(c, variable)
 		assert.Equal(t, want, e.Value, variable)
