@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -146,7 +147,7 @@ func Completion(m Meta, resp []byte) ([]byte, error) {
 		s := refusal.String()
 		msg.Refusal = &s
 	}
-	out := completion{ID: m.ID, Object: "chat.completion", Created: m.Created, Model: cmpOr(r.Model, m.Model),
+	out := completion{ID: m.ID, Object: "chat.completion", Created: m.Created, Model: cmp.Or(r.Model, m.Model),
 		Choices: []completionChoice{{Message: msg, FinishReason: finishReason(r, len(msg.ToolCalls) > 0)}},
 		Usage:   chatUsage(r.Usage)}
 	return marshal(out)

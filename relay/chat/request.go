@@ -10,11 +10,13 @@ package chat
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
+
+	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // Request is what the relay reads of a chat request besides its
@@ -396,7 +398,7 @@ func userContent(raw json.RawMessage, param string) ([]any, error) {
 			if p.ImageURL == nil || p.ImageURL.URL == "" {
 				return nil, refuse(at+".image_url", "an image_url part needs a url")
 			}
-			out = append(out, imagePart{Type: "input_image", ImageURL: p.ImageURL.URL, Detail: cmpOr(p.ImageURL.Detail, "auto")})
+			out = append(out, imagePart{Type: "input_image", ImageURL: p.ImageURL.URL, Detail: cmp.Or(p.ImageURL.Detail, "auto")})
 		case "file":
 			if p.File == nil || (p.File.FileID == "" && p.File.FileData == "") {
 				return nil, refuse(at+".file", "a file part needs a file_id or file_data")
@@ -496,13 +498,6 @@ func textFormat(rf *responseFormat, verbosity string) (*textOptions, error) {
 	return t, nil
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // plainDecodeError turns a JSON decoding error into a sentence a client
 // reads: the field and the JSON type it must have, never a Go type.
 func plainDecodeError(err error) error {
@@ -513,18 +508,6 @@ func plainDecodeError(err error) error {
 	if te.Field == "" {
 		return refuse("", "the request body must be a JSON object, not %s", te.Value)
 	}
-	want := "a value of another type"
-	switch te.Type.Kind() {
-	case reflect.String:
-		want = "a string"
-	case reflect.Bool:
-		want = "a boolean"
-	case reflect.Int, reflect.Int64, reflect.Float64:
-		want = "a number"
-	case reflect.Slice:
-		want = "an array"
-	case reflect.Struct, reflect.Map, reflect.Pointer:
-		want = "an object"
-	}
+	want := wire.JSONTypeName(te.Type)
 	return refuse(te.Field, "invalid type for '%s': expected %s, got %s", te.Field, want, te.Value)
 }

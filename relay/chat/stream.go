@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"encoding/json"
 
 	"github.com/codexrelay/codex-relay/relay/wire"
@@ -88,7 +89,7 @@ type ErrorObject struct {
 
 // NewErrorObject builds the OpenAI error object for e.
 func NewErrorObject(e wire.Error) *ErrorObject {
-	o := &ErrorObject{Message: e.Message, Type: cmpOr(e.Type, wire.TypeServerError)}
+	o := &ErrorObject{Message: e.Message, Type: cmp.Or(e.Type, wire.TypeServerError)}
 	if e.Param != "" {
 		o.Param = &e.Param
 	}

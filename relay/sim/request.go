@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // responseRequest is the part of a Responses request body the sim reads. The
@@ -157,19 +159,7 @@ func parseResponseRequest(body []byte) (*responseRequest, error) {
 func plainDecodeError(err error) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		want := "a value of another type"
-		switch te.Type.Kind() {
-		case reflect.String:
-			want = "a string"
-		case reflect.Bool:
-			want = "a boolean"
-		case reflect.Int, reflect.Int64, reflect.Float64:
-			want = "a number"
-		case reflect.Slice:
-			want = "an array"
-		case reflect.Struct, reflect.Map:
-			want = "an object"
-		}
+		want := wire.JSONTypeName(te.Type)
 		if te.Type == reflect.TypeFor[inputList]() {
 			want = "a string or an array of items"
 		}
