@@ -382,7 +382,7 @@ func bench(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (benchR
 			rep.Tables = append(rep.Tables, compareTables(transport, rows)...)
 		}
 	}
-	rep.Compression = compressionTable(rep.Rows, rep.Idle)
+	rep.Compression = compressionTable(append(slices.Clone(rep.Tables), rep.IdleTables...))
 
 	stopAll()
 	// Goroutines end asynchronously after their connections close: give

@@ -69,8 +69,22 @@ var benchMethod = []string{
 // benchTable compares the targets on one transport (or idle), as rows of
 // the performance issue's table.
 type benchTable struct {
-	Title string      `json:"title"`
-	Lines []benchLine `json:"lines"`
+	Title string `json:"title"`
+	// Transport is http, ws or idle; Compression the relay phase's
+	// compression setting ("" where it does not apply).
+	Transport   string      `json:"transport"`
+	Compression string      `json:"compression,omitempty"`
+	Lines       []benchLine `json:"lines"`
+}
+
+// line returns the table's line for measure (zero when it has none).
+func (t benchTable) line(measure string) benchLine {
+	for _, l := range t.Lines {
+		if l.Measure == measure {
+			return l
+		}
+	}
+	return benchLine{}
 }
 
 // benchLine is one measure for each target (nil: the target did not run
@@ -124,13 +138,16 @@ const kib, mib = 1024.0, 1024.0 * 1024.0
 // direct and pipe phases.
 func compareTables(transport string, rows []benchRow) []benchTable {
 	others, relays := splitRelayRows(rows, func(r benchRow) string { return r.Target })
-	if len(relays) < 2 {
+	if len(relays) == 0 {
 		return []benchTable{compareTable(transport, rows)}
 	}
 	var tables []benchTable
 	for _, r := range relays {
 		t := compareTable(transport, append(slices.Clone(others), r))
-		t.Title += ", relay compression " + r.Compression
+		t.Compression = r.Compression
+		if len(relays) > 1 {
+			t.Title += ", relay compression " + r.Compression
+		}
 		tables = append(tables, t)
 	}
 	return tables
@@ -169,43 +186,26 @@ type benchCompression struct {
 	IdleHeapPerSession *float64 `json:"idle_heap_stacks_over_direct_per_session_kib,omitempty"`
 }
 
-// compressionTable gathers the relay phases' compression figures from the
-// comparison tables.
-func compressionTable(rows []benchRow, idle []benchIdleRow) []benchCompression {
+// compressionTable gathers the relay phases' compression figures from
+// their comparison tables.
+func compressionTable(tables []benchTable) []benchCompression {
 	var out []benchCompression
-	find := func(t benchTable, measure string) benchLine {
-		for _, l := range t.Lines {
-			if l.Measure == measure {
-				return l
-			}
+	for _, t := range tables {
+		if t.Compression == "" {
+			continue
 		}
-		return benchLine{}
-	}
-	{
-		const transport = "ws" // the setting applies to WebSocket clients
-		var mine []benchRow
-		for _, r := range rows {
-			if r.Transport == transport {
-				mine = append(mine, r)
-			}
+		c := benchCompression{Transport: t.Transport, Compression: t.Compression}
+		if t.Transport == "idle" {
+			c.IdleRSSPerSession = t.line("RSS per session, over direct").Relay
+			c.IdleHeapPerSession = t.line("heap+stacks per session, over direct").Relay
+		} else {
+			cpu, p50, p99 := t.line("CPU per forwarded event, over direct"), t.line("first output token p50"), t.line("first output token p99")
+			c.CPUPerEventUs, c.CPUVsPipe = cpu.Relay, cpu.RelayVsPipe
+			c.WireKiBPerTurn = t.line("client wire bytes per turn, in+out").Relay
+			c.PeakRSSPerSession = t.line("peak RSS over direct, per session").Relay
+			c.FirstTokenP50, c.FirstTokenP99, c.FirstTokenP50Pipe, c.FirstTokenP99Pipe = p50.Relay, p99.Relay, p50.RelayVsPipe, p99.RelayVsPipe
 		}
-		others, relays := splitRelayRows(mine, func(r benchRow) string { return r.Target })
-		for _, r := range relays {
-			t := compareTable(transport, append(slices.Clone(others), r))
-			cpu, p50, p99 := find(t, "CPU per forwarded event, over direct"), find(t, "first output token p50"), find(t, "first output token p99")
-			out = append(out, benchCompression{Transport: transport, Compression: r.Compression,
-				CPUPerEventUs: cpu.Relay, CPUVsPipe: cpu.RelayVsPipe,
-				WireKiBPerTurn:    find(t, "client wire bytes per turn, in+out").Relay,
-				PeakRSSPerSession: find(t, "peak RSS over direct, per session").Relay,
-				FirstTokenP50:     p50.Relay, FirstTokenP99: p99.Relay, FirstTokenP50Pipe: p50.RelayVsPipe, FirstTokenP99Pipe: p99.RelayVsPipe})
-		}
-	}
-	others, relays := splitRelayRows(idle, func(r benchIdleRow) string { return r.Target })
-	for _, r := range relays {
-		t := idleTable(append(slices.Clone(others), r))
-		out = append(out, benchCompression{Transport: "idle", Compression: r.Compression,
-			IdleRSSPerSession:  find(*t, "RSS per session, over direct").Relay,
-			IdleHeapPerSession: find(*t, "heap+stacks per session, over direct").Relay})
+		out = append(out, c)
 	}
 	return out
 }
@@ -234,7 +234,7 @@ func compareTable(transport string, rows []benchRow) benchTable {
 		sessions = rows[0].Sessions
 	}
 	title := map[string]string{"http": "HTTP/SSE", "ws": "WebSocket"}[transport]
-	return benchTable{Title: fmt.Sprintf("%s, %d sessions", title, sessions), Lines: []benchLine{
+	return benchTable{Title: fmt.Sprintf("%s, %d sessions", title, sessions), Transport: transport, Lines: []benchLine{
 		line("turns completed", "", "", by, func(r *benchRow) (float64, bool) { return always(float64(r.Turns)) }),
 		line("turns failed", "", "", by, func(r *benchRow) (float64, bool) { return always(float64(r.Errors)) }),
 		line("events received by the clients", "", "", by, func(r *benchRow) (float64, bool) { return always(float64(r.Events)) }),
@@ -272,7 +272,7 @@ func compareTable(transport string, rows []benchRow) benchTable {
 // idleTables lays the idle phases out, one table a relay phase.
 func idleTables(rows []benchIdleRow) []benchTable {
 	others, relays := splitRelayRows(rows, func(r benchIdleRow) string { return r.Target })
-	if len(relays) < 2 {
+	if len(relays) == 0 {
 		if t := idleTable(rows); t != nil {
 			return []benchTable{*t}
 		}
@@ -281,7 +281,10 @@ func idleTables(rows []benchIdleRow) []benchTable {
 	var tables []benchTable
 	for _, r := range relays {
 		t := idleTable(append(slices.Clone(others), r))
-		t.Title += ", relay compression " + r.Compression
+		t.Compression = r.Compression
+		if len(relays) > 1 {
+			t.Title += ", relay compression " + r.Compression
+		}
 		tables = append(tables, *t)
 	}
 	return tables
@@ -306,7 +309,7 @@ func idleTable(rows []benchIdleRow) *benchTable {
 		}
 	}
 	perOpen := func(v float64, r *benchIdleRow) (float64, bool) { return v / float64(r.Open), r.Open > 0 }
-	return &benchTable{Title: fmt.Sprintf("idle WebSocket sessions, %d on each target", rows[0].Sessions), Lines: []benchLine{
+	return &benchTable{Title: fmt.Sprintf("idle WebSocket sessions, %d on each target", rows[0].Sessions), Transport: "idle", Lines: []benchLine{
 		line("sessions open", "", "", by, func(r *benchIdleRow) (float64, bool) { return always(float64(r.Open)) }),
 		line("sessions failed", "", "", by, func(r *benchIdleRow) (float64, bool) { return always(float64(r.Errors)) }),
 		line("events received by the clients", "", "", by, func(r *benchIdleRow) (float64, bool) { return always(float64(r.Events)) }),
