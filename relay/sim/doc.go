@@ -93,7 +93,8 @@
 // Faults (see FaultKind) are installed at start (Config.Faults), from Go
 // (AddFault) or through the control API, and are precise: each counts the
 // requests it matches and fires after After of them, Times times (zero:
-// forever). Accounts, faults and records are managed the same ways; the
+// forever), on every request it is due for or, with Rate, on a random
+// fraction of them. Accounts, faults and records are managed the same ways; the
 // control API, JSON over HTTP under /_sim/, is listed at controlRoutes:
 // GET|POST /_sim/accounts, GET|DELETE /_sim/accounts/{id}, GET|POST|DELETE
 // /_sim/faults, DELETE /_sim/faults/{id}, GET|DELETE /_sim/records (filters:

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -84,6 +85,10 @@ type Fault struct {
 	After int `json:"after,omitempty"`
 	// Times is how often the fault fires before it retires; zero: forever.
 	Times int `json:"times,omitempty"`
+	// Rate, between 0 and 1, makes the fault fire on that fraction of the
+	// matching requests it is due for, chosen at random (a soak's faults);
+	// zero: on every one.
+	Rate float64 `json:"rate,omitempty"`
 	// IncludePrewarm makes the fault apply to generate:false prewarm
 	// requests too; by default they neither count nor fail, so counts match
 	// turns.
@@ -127,6 +132,9 @@ func (f *Fault) validate() error {
 	}
 	if f.After < 0 || f.Times < 0 || f.Events < 0 || f.RetryAfter < 0 || f.ResetsIn < 0 || f.MaxAge < 0 {
 		return fmt.Errorf("fault %s: counts and durations must not be negative", f.Kind)
+	}
+	if !(f.Rate >= 0 && f.Rate <= 1) {
+		return fmt.Errorf("fault %s: rate %g is not between 0 and 1", f.Kind, f.Rate)
 	}
 	switch f.Kind {
 	case FaultServerError:
@@ -210,7 +218,7 @@ func (fs *faultSet) check(s faultSite) (Fault, bool) {
 			continue
 		}
 		st.Seen++
-		if fired == nil && st.Seen > st.After {
+		if fired == nil && st.Seen > st.After && (st.Rate == 0 || rand.Float64() < st.Rate) {
 			st.Fired++
 			fired = st
 			if st.Times > 0 && st.Fired >= st.Times {

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -373,6 +374,29 @@ func TestWebSocketMaxAge(t *testing.T) {
 	assert.Equal(t, 2, upstream.Faults()[0].Fired)
 }
 
+// A fault with a rate fires on about that fraction of the requests it is
+// due for, counts every one it matches, and leaves the rest to the faults
+// after it.
+func TestFaultRate(t *testing.T) {
+	t.Parallel()
+	var fs faultSet
+	_, err := fs.add(Fault{Kind: FaultServerError, Rate: 0.25, After: 100})
+	require.NoError(t, err)
+	_, err = fs.add(Fault{Kind: FaultCutStream})
+	require.NoError(t, err)
+	fired := map[FaultKind]int{}
+	for range 4100 {
+		f, ok := fs.check(faultSite{account: "a1", transport: TransportHTTP})
+		require.True(t, ok, "the second fault fires whenever the first does not")
+		fired[f.Kind]++
+	}
+	// 4,000 due at 0.25: 1,000 expected, standard deviation 27.
+	assert.InDelta(t, 1000, fired[FaultServerError], 150, "server errors")
+	assert.Equal(t, 4100, fired[FaultServerError]+fired[FaultCutStream])
+	assert.Equal(t, 4100, fs.list()[0].Seen)
+	assert.Equal(t, fired[FaultServerError], fs.list()[0].Fired)
+}
+
 func TestFaultValidation(t *testing.T) {
 	t.Parallel()
 	bad := []Fault{
@@ -384,6 +408,9 @@ func TestFaultValidation(t *testing.T) {
 		{Kind: FaultUnauthorized, InStream: true},
 		{Kind: FaultUsageLimit, After: -1},
 		{Kind: FaultStall, Transport: "carrier-pigeon"},
+		{Kind: FaultServerError, Rate: -0.1},
+		{Kind: FaultServerError, Rate: 1.5},
+		{Kind: FaultServerError, Rate: math.NaN()},
 	}
 	upstream := newSim(t, Config{})
 	for _, f := range bad {
@@ -463,4 +490,31 @@ func TestInStreamFailureAfterOutput(t *testing.T) {
 	assert.Contains(t, body, "usage_limit_reached")
 	assert.NotContains(t, body, "response.completed")
 	assert.Equal(t, 4, strings.Count(body, "data: ")-1, "four events, then the failure")
+}
+
+// TakeFinished hands over finished records once and keeps the one still
+// being written.
+func TestTakeFinished(t *testing.T) {
+	t.Parallel()
+	upstream := newSim(t, Config{Faults: []Fault{{Kind: FaultStall, Events: 1, After: 1, Times: 1}}})
+	c := clientFor(t, upstream, "k1")
+	ctx := testCtx(t, 10*time.Second)
+	_, _, err := c.turn(prompt(t, "answered"))
+	require.NoError(t, err)
+	resp := c.postResponses(ctx, prompt(t, "stalls"), nil)
+	defer resp.Body.Close()
+	waitFor(t, func() bool {
+		recs := upstream.Requests(RecordFilter{})
+		return len(recs) == 2 && recs[1].Events == 1
+	}, "the second request stalls")
+
+	took := upstream.TakeFinished()
+	require.Len(t, took, 1)
+	assert.Equal(t, OutcomeCompleted, took[0].Outcome)
+	require.NotNil(t, took[0].Usage, "the usage of the answer comes along")
+	assert.Positive(t, took[0].Usage.OutputTokens)
+	assert.Empty(t, upstream.TakeFinished(), "taken once")
+	left := upstream.Records(RecordFilter{})
+	require.Len(t, left, 1)
+	assert.False(t, left[0].Done)
 }

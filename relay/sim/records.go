@@ -241,18 +241,42 @@ func (rc *recorder) list(f RecordFilter) []Record {
 	var out []Record
 	for _, r := range rc.records {
 		if f.match(r) {
-			c := *r
-			c.InputTypes = slices.Clone(r.InputTypes)
-			c.ToolOutputs = slices.Clone(r.ToolOutputs)
-			c.EventTypes = slices.Clone(r.EventTypes)
-			if r.Generate != nil {
-				g := *r.Generate
-				c.Generate = &g
-			}
-			out = append(out, c)
+			out = append(out, r.clone())
 		}
 	}
 	return out
+}
+
+// takeFinished removes the finished records and returns them, oldest
+// first; the records still being written stay.
+func (rc *recorder) takeFinished() []Record {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var out []Record
+	rc.records = slices.DeleteFunc(rc.records, func(r *Record) bool {
+		if r.Done {
+			out = append(out, r.clone())
+		}
+		return r.Done
+	})
+	return out
+}
+
+// clone copies r, its slices too.
+func (r *Record) clone() Record {
+	c := *r
+	c.InputTypes = slices.Clone(r.InputTypes)
+	c.ToolOutputs = slices.Clone(r.ToolOutputs)
+	c.EventTypes = slices.Clone(r.EventTypes)
+	if r.Generate != nil {
+		g := *r.Generate
+		c.Generate = &g
+	}
+	if r.Usage != nil {
+		u := *r.Usage
+		c.Usage = &u
+	}
+	return c
 }
 
 func (rc *recorder) clear() {

@@ -204,6 +204,11 @@ func (s *Server) Requests(f RecordFilter) []Record {
 // ClearRecords forgets every record.
 func (s *Server) ClearRecords() { s.rec.clear() }
 
+// TakeFinished removes the finished records and returns them, oldest
+// first: a long run (the bench's soak) drains them as it goes, and the
+// records of answers still being written stay for the next call.
+func (s *Server) TakeFinished() []Record { return s.rec.takeFinished() }
+
 // AddFault installs a fault and returns it as installed (with its ID).
 func (s *Server) AddFault(f Fault) (FaultState, error) {
 	s.mu.Lock()
