@@ -198,6 +198,62 @@ func (l *requestLog) served(account, recovery string, res attemptResult) {
 // done notes a request answered in full.
 func (l *requestLog) done() { l.rec.Status = http.StatusOK }
 
+// requestLogCloseGrace is how long Close keeps retrying request log rows
+// the database refuses before it gives them up.
+const requestLogCloseGrace = 15 * time.Second
+
+// newRequestLog returns the writer of the request log: up to 256 rows in a
+// transaction, at most 100,000 waiting (about 100 MB at worst: a row with
+// its attempts is under 1 KB).
+func (s *Server) newRequestLog() *writeBehind[store.LoggedRequest] {
+	return &writeBehind[store.LoggedRequest]{batch: 256, max: 100_000, closeNow: make(chan struct{}),
+		write: s.writeRequestLog,
+		dropped: func(n int) {
+			s.metrics.logDropped.Add(float64(n))
+			s.log.Error("request log rows dropped: the database did not take them in time", "rows", n)
+		},
+	}
+}
+
+// writeRequestLog writes a batch of request log rows in one transaction
+// and returns those to try again. When the batch fails, each row is tried
+// alone: if some go through, the database takes writes and the ones it
+// refused are refused for what they hold, and dropped (logged); if none
+// do, the database is away, and all are kept.
+func (s *Server) writeRequestLog(batch []store.LoggedRequest) []store.LoggedRequest {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.cfg.Store.RecordRequests(ctx, batch)
+	if err == nil {
+		return nil
+	}
+	if len(batch) == 1 {
+		s.log.Warn("log request: kept for a retry", "err", err)
+		return batch
+	}
+	var retry []store.LoggedRequest
+	var refused []error
+	for _, r := range batch {
+		if err := s.cfg.Store.RecordRequests(ctx, []store.LoggedRequest{r}); err != nil {
+			retry = append(retry, r)
+			refused = append(refused, err)
+		}
+	}
+	if len(retry) < len(batch) {
+		for i, r := range retry {
+			s.log.Error("log request: the database refused the row", "request", r.Request.ID, "err", refused[i])
+		}
+		s.metrics.logDropped.Add(float64(len(retry)))
+		return nil
+	}
+	s.log.Warn("log request: the database takes no writes; rows kept for a retry", "rows", len(retry), "err", err)
+	return retry
+}
+
+// FlushRequestLog waits until the request log rows of every request that
+// has ended are written, or ctx ends.
+func (s *Server) FlushRequestLog(ctx context.Context) error { return s.requestLog.flush(ctx) }
+
 // answered notes a request that ended with a failure sent to the client.
 func (l *requestLog) answered(f *failure, class attemptClass) {
 	l.rec.Status, l.rec.ErrorCode = f.status, cmp.Or(f.code(), string(class))
@@ -217,11 +273,11 @@ func (l *requestLog) ended(res attemptResult, class attemptClass) {
 	}
 }
 
-// write writes the request log row and the attempt records, after the
-// client has its answer, on a context of its own. The row carries what the
-// request used: its latest attempt's, the only one that can have done work
-// (an attempt that did work is never followed by another). Writing it
-// settles the request's budget reservation, once.
+// write queues the request log row and the attempt records, after the
+// client has its answer (s.requestLog writes them, in batches). The row
+// carries what the request used: its latest attempt's, the only one that
+// can have done work (an attempt that did work is never followed by
+// another). Writing it settles the request's budget reservation, once.
 func (l *requestLog) write() {
 	s, r, rec := l.s, l.r, l.rec
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -233,9 +289,13 @@ func (l *requestLog) write() {
 	if l.last != nil {
 		s.charge(ctx, r, &rec, &l.last.tr, l.last.tr.work || l.last.tr.usage)
 	}
-	if err := s.cfg.Store.RecordRequest(ctx, rec, l.attempts); err != nil {
-		s.log.Warn("log request", "err", err)
+	for i := range l.attempts {
+		if l.attempts[i].ID == "" {
+			// Its own id now: a retried write must not add it twice.
+			l.attempts[i].ID = store.NewID("att", l.attempts[i].StartedAt)
+		}
 	}
+	s.requestLog.add(store.LoggedRequest{Request: rec, Attempts: l.attempts})
 	outcome := "ok"
 	switch {
 	case rec.Status == statusClientClosed:

@@ -20,6 +20,7 @@ type metrics struct {
 	cost       *prometheus.CounterVec // by key, model
 	keyRefused *prometheus.CounterVec // by key, limit
 	budgetUse  *prometheus.GaugeVec   // by key, limit: use / max at the key's latest admission
+	logDropped prometheus.Counter     // request log rows given up
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,8 +46,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests refused 429 because their client key was at a limit, by key and limit (tokens/5h, concurrent, ...)."}, []string{"key", "limit"}),
 		budgetUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "codex_relay_key_budget_used_ratio",
 			Help: "A client key's use of each limit (settled plus in flight, over max) at its latest request."}, []string{"key", "limit"}),
+		logDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "codex_relay_request_log_dropped_total",
+			Help: "Request log rows given up: the database refused them for what they hold, or did not take them before the queue filled or the relay stopped."}),
 	}
 	m.eventsHTTP, m.eventsWS = m.events.WithLabelValues("http"), m.events.WithLabelValues("ws")
-	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes, m.tokens, m.cost, m.keyRefused, m.budgetUse)
+	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes, m.tokens, m.cost, m.keyRefused, m.budgetUse, m.logDropped)
 	return m
 }

@@ -117,7 +117,10 @@ type Server struct {
 	// when (leaseKey -> time.Time), so a lease is written once a minute.
 	leased sync.Map
 	// keyUse counts requests per client key, written in batches.
-	keyUse keyUse
+	keyUse *keyUse
+	// requestLog writes the request log's rows (and their attempts) in
+	// batches behind the requests; static after New.
+	requestLog *writeBehind[store.LoggedRequest]
 	// hop carries requests forwarded to other replicas: no ambient proxy,
 	// and a short dial deadline, so a dead replica fails fast and the
 	// request is served here.
@@ -187,6 +190,7 @@ func New(cfg Config) *Server {
 	}
 	pc.OnEvent = func(e string) { s.metrics.lanes.WithLabelValues(e).Inc() }
 	s.pool = bridge.NewPool(pc)
+	s.keyUse, s.requestLog = s.newKeyUse(), s.newRequestLog()
 	return s
 }
 
@@ -200,7 +204,8 @@ func (s *Server) Close() {
 	s.drain()
 	s.close()
 	s.sessions.Wait()
-	s.keyUse.close()
+	s.keyUse.close(0)
+	s.requestLog.close(requestLogCloseGrace)
 	s.hop.CloseIdleConnections()
 	s.pool.Close()
 }

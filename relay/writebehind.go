@@ -2,66 +2,189 @@ package relay
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
 
+// writeBehind gathers items and writes them in batches: a group commit.
+// The first item that finds no write under way is written by its caller,
+// at once (a lone request's log row is there by the time its client has
+// the answer, as when each request wrote its own); items that arrive
+// while a write runs are queued, their callers go on, and a writer
+// goroutine writes them, up to batch items in one go, until none are
+// left. Under load a request never waits for the database, and many share
+// one write. Items the write hands back (the database did not take them)
+// are tried again after a pause that doubles up to 5 s. At most max items
+// wait; past that new ones are dropped and counted. Safe for concurrent
+// use.
+type writeBehind[T any] struct {
+	batch, max int
+	// write writes a batch and returns the items to try again.
+	write func(batch []T) (retry []T)
+	// dropped is told of items given up (the queue was full, or the
+	// database still refused them when the relay closed).
+	dropped func(n int)
+
+	mu       sync.Mutex
+	pending  []T       // guarded by mu
+	writing  bool      // guarded by mu: a write is under way
+	closeBy  time.Time // guarded by mu: set by close: retries end then
+	done     sync.WaitGroup
+	closeNow chan struct{} // closed by close: a writer's pause ends
+}
+
+// add queues one item, and writes it when no write is under way.
+func (w *writeBehind[T]) add(item T) {
+	w.mu.Lock()
+	if w.max > 0 && len(w.pending) >= w.max {
+		w.mu.Unlock()
+		w.dropped(1)
+		return
+	}
+	w.pending = append(w.pending, item)
+	if w.writing {
+		w.mu.Unlock()
+		return
+	}
+	w.writing = true
+	if !w.closeBy.IsZero() {
+		// Closed: no writer goroutine may start; the caller writes, and
+		// gives up what the database refuses.
+		for len(w.pending) > 0 {
+			batch := w.pending
+			w.pending = nil
+			w.mu.Unlock()
+			if retry := w.write(batch); len(retry) > 0 {
+				w.dropped(len(retry))
+			}
+			w.mu.Lock()
+		}
+		w.writing = false
+		w.mu.Unlock()
+		return
+	}
+	w.done.Add(1)
+	w.mu.Unlock()
+	if _, more := w.step(); more {
+		go w.run()
+		return
+	}
+	w.done.Done()
+}
+
+// step writes one batch of the pending items. more reports that items
+// are left for the writer (retried: the batch came back among them);
+// without any, writing is over.
+func (w *writeBehind[T]) step() (retried, more bool) {
+	w.mu.Lock()
+	n := min(len(w.pending), w.batch)
+	batch := slices.Clone(w.pending[:n])
+	w.pending = slices.Delete(w.pending, 0, n)
+	w.mu.Unlock()
+	retry := w.write(batch)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending = append(retry, w.pending...)
+	if len(w.pending) == 0 {
+		w.writing = false
+		return false, false
+	}
+	return len(retry) > 0, true
+}
+
+// run writes until nothing is left, or close's grace has passed.
+func (w *writeBehind[T]) run() {
+	defer w.done.Done()
+	var pause time.Duration
+	for {
+		w.mu.Lock()
+		if !w.closeBy.IsZero() && time.Now().After(w.closeBy) {
+			n := len(w.pending)
+			w.pending, w.writing = nil, false
+			w.mu.Unlock()
+			w.dropped(n)
+			return
+		}
+		closing := w.closeNow
+		w.mu.Unlock()
+		retried, more := w.step()
+		switch {
+		case !more:
+			return
+		case !retried:
+			pause = 0
+			continue
+		}
+		pause = min(max(2*pause, 100*time.Millisecond), 5*time.Second)
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-closing:
+			t.Stop()
+		}
+	}
+}
+
+// flush waits until every item queued so far is written (or dropped), or
+// ctx ends.
+func (w *writeBehind[T]) flush(ctx context.Context) error {
+	for {
+		w.mu.Lock()
+		idle := !w.writing && len(w.pending) == 0
+		w.mu.Unlock()
+		if idle {
+			return nil
+		}
+		t := time.NewTimer(2 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// close lets the running writer finish, retrying what the database
+// refuses for at most grace, and waits for it; later items are written by
+// the caller of add.
+func (w *writeBehind[T]) close(grace time.Duration) {
+	w.mu.Lock()
+	if w.closeBy.IsZero() {
+		w.closeBy = time.Now().Add(grace)
+		if w.closeNow != nil {
+			close(w.closeNow)
+		}
+	}
+	w.mu.Unlock()
+	w.done.Wait()
+}
+
 // keyUse counts the requests made with each client key (HTTP requests and
-// WebSocket turns alike) and writes them in batches: one writer at a time,
-// started by the first use it finds idle, writing whatever gathered while
-// the previous write ran, and ending when nothing is left. A request never
-// waits for the write; under load many requests share one. Safe for
-// concurrent use.
-type keyUse struct {
-	mu      sync.Mutex
-	pending map[string]int64 // guarded by mu
-	writing bool             // guarded by mu: a writer goroutine runs
-	closed  bool             // guarded by mu: Server.Close ran; no writer starts
-	done    sync.WaitGroup   // the writer; Server.Close waits for it
+// WebSocket turns alike), written in batches behind the requests: a
+// batch's counts are summed into one write.
+type keyUse = writeBehind[string]
+
+// newKeyUse returns the counter that writes key use through s's store.
+func (s *Server) newKeyUse() *keyUse {
+	return &keyUse{batch: 4096, max: 1 << 20, closeNow: make(chan struct{}),
+		write: func(ids []string) []string {
+			counts := map[string]int64{}
+			for _, id := range ids {
+				counts[id]++
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := s.cfg.Store.AddClientKeyUse(ctx, counts, s.cfg.Now()); err != nil {
+				// A count is not worth a retry that could count twice.
+				s.log.Warn("record client key use", "keys", len(counts), "err", err)
+			}
+			return nil
+		},
+		dropped: func(n int) {},
+	}
 }
 
 // countKeyUse notes one request made with key id.
-func (s *Server) countKeyUse(id string) {
-	u := &s.keyUse
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.pending == nil {
-		u.pending = map[string]int64{}
-	}
-	u.pending[id]++
-	if !u.writing && !u.closed {
-		u.writing = true
-		u.done.Add(1)
-		go s.writeKeyUse()
-	}
-}
-
-// writeKeyUse writes the pending counts until none are left.
-func (s *Server) writeKeyUse() {
-	u := &s.keyUse
-	defer u.done.Done()
-	for {
-		u.mu.Lock()
-		batch := u.pending
-		u.pending = nil
-		if len(batch) == 0 {
-			u.writing = false
-			u.mu.Unlock()
-			return
-		}
-		u.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := s.cfg.Store.AddClientKeyUse(ctx, batch, s.cfg.Now()); err != nil {
-			s.log.Warn("record client key use", "keys", len(batch), "err", err)
-		}
-		cancel()
-	}
-}
-
-// close lets the running writer finish and starts no other.
-func (u *keyUse) close() {
-	u.mu.Lock()
-	u.closed = true
-	u.mu.Unlock()
-	u.done.Wait()
-}
+func (s *Server) countKeyUse(id string) { s.keyUse.add(id) }

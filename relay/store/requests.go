@@ -108,13 +108,15 @@ const (
 		account_id, transport, path, model, status, error_code, recovery, started_at, first_event_ms, duration_ms,
 		input_tokens, output_tokens, cached_tokens, model_served, service_tier, reasoning_tokens, total_tokens,
 		cost_nanos, charged, first_output_ms, policy)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO NOTHING`
 	// settleReservation ends a request's budget reservation: its use is now
 	// in its log row, written in the same transaction.
 	settleReservation = `DELETE FROM key_reservations WHERE request_id = ?`
 	insertAttempt     = `INSERT INTO attempts (id, request_id, seq, thread_key, session_id, thread_id,
 		account_id, from_account_id, transport, class, recovery, action, status, error_code, detail, started_at,
-		ended_at, first_event_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		ended_at, first_event_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO NOTHING`
 )
 
 // LogRequest appends a row to the request log.
@@ -128,26 +130,42 @@ func (s *Store) RecordAttempts(ctx context.Context, as []Attempt) error {
 }
 
 // RecordRequest writes a request's log row and its attempt records in one
-// transaction: one commit per request instead of one per row.
-// A request that held a budget reservation settles it in the same
-// transaction: its use moves from the reservation to the log row at once,
-// on every replica, and only once (the row's id is its primary key).
+// transaction (RecordRequests with one).
 func (s *Store) RecordRequest(ctx context.Context, r RequestRecord, as []Attempt) error {
-	s.warm(ctx, insertRequest, insertAttempt)
-	if r.Reserved {
-		s.warm(ctx, settleReservation)
-	}
+	return s.RecordRequests(ctx, []LoggedRequest{{Request: r, Attempts: as}})
+}
+
+// LoggedRequest is one request's log row and its attempt records.
+type LoggedRequest struct {
+	Request  RequestRecord
+	Attempts []Attempt
+}
+
+// RecordRequests writes requests' log rows and their attempt records in
+// one transaction: under load, one commit for many requests. A request
+// that held a budget reservation settles it in the same transaction: its
+// use moves from the reservation to the log row at once, on every replica,
+// and only once. Written again (a retry after a commit whose answer was
+// lost), a row that is there already is left as it is: rows have their
+// request's id, attempts their own.
+func (s *Store) RecordRequests(ctx context.Context, rs []LoggedRequest) error {
+	s.warm(ctx, insertRequest, insertAttempt, settleReservation)
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		ex := s.execIn(tx)
-		if err := logRequest(ctx, ex, r); err != nil {
-			return err
-		}
-		if r.Reserved {
-			if _, err := ex(ctx, settleReservation, r.ID); err != nil {
-				return fmt.Errorf("settle reservation: %w", err)
+		for _, r := range rs {
+			if err := logRequest(ctx, ex, r.Request); err != nil {
+				return err
+			}
+			if r.Request.Reserved {
+				if _, err := ex(ctx, settleReservation, r.Request.ID); err != nil {
+					return fmt.Errorf("settle reservation: %w", err)
+				}
+			}
+			if err := recordAttempts(ctx, ex, r.Attempts); err != nil {
+				return err
 			}
 		}
-		return recordAttempts(ctx, ex, as)
+		return nil
 	})
 	s.noteWrite(ctx, err)
 	return err

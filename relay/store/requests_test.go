@@ -89,12 +89,33 @@ func TestRecordRequestIsOneTransaction(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 2, n)
 
-		// The same request id again: refused, and its attempts with it.
-		again := []store.Attempt{{RequestID: "req_tx", Seq: 3, ThreadID: "t1", AccountID: "acc_c", Class: "ok", StartedAt: start, EndedAt: start}}
-		require.Error(t, s.RecordRequest(ctx, rec, again))
-		_, n, err = s.Attempts(ctx, store.AttemptFilter{RequestID: "req_tx"})
+		// The same request id again (a retried write): the row stays as it
+		// was, and the attempts of the second write are not added.
+		again := []store.Attempt{{ID: "att_again", RequestID: "req_tx", Seq: 3, ThreadID: "t1", AccountID: "acc_c", Class: "ok", StartedAt: start, EndedAt: start}}
+		changed := rec
+		changed.Status = 502
+		require.NoError(t, s.RecordRequest(ctx, changed, again))
+		rows, _, err := s.Requests(ctx, store.RequestFilter{ThreadID: "t1"})
 		require.NoError(t, err)
-		assert.Equal(t, 2, n, "nothing of the failed write remains")
+		require.Len(t, rows, 1)
+		assert.Equal(t, 200, rows[0].Status)
+
+		if s.Dialect() != store.Postgres {
+			return
+		}
+		// A batch with a row PostgreSQL refuses (text cannot hold a NUL
+		// byte) is written not at all: the other request's row and
+		// attempts are not there either.
+		ok := store.LoggedRequest{Request: store.RequestRecord{ID: "req_ok", ThreadID: "t2", Transport: "ws", StartedAt: start},
+			Attempts: []store.Attempt{{ID: "att_ok", RequestID: "req_ok", Seq: 1, ThreadID: "t2", Class: "ok", StartedAt: start, EndedAt: start}}}
+		bad := store.LoggedRequest{Request: store.RequestRecord{ID: "req_bad", ThreadID: "t2\x00", Transport: "ws", StartedAt: start}}
+		require.Error(t, s.RecordRequests(ctx, []store.LoggedRequest{ok, bad}))
+		_, n, err = s.Requests(ctx, store.RequestFilter{ThreadID: "t2"})
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		_, n, err = s.Attempts(ctx, store.AttemptFilter{RequestID: "req_ok"})
+		require.NoError(t, err)
+		assert.Zero(t, n, "nothing of the failed write remains")
 	})
 }
 
@@ -151,5 +172,37 @@ func TestDeleteRecordsBefore(t *testing.T) {
 		_, total, err = s.Attempts(ctx, store.AttemptFilter{})
 		require.NoError(t, err)
 		assert.Equal(t, 2, total)
+	})
+}
+
+// Many requests go in one transaction; written again (a retry after a
+// commit whose answer was lost), nothing is added twice and nothing fails.
+func TestRecordRequestsBatchOnce(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+		var batch []store.LoggedRequest
+		for i := range 5 {
+			id := fmt.Sprintf("req_batch_%d", i)
+			batch = append(batch, store.LoggedRequest{
+				Request: store.RequestRecord{ID: id, ThreadID: "tb", Transport: "ws", Path: "/x", Status: 200, StartedAt: start, OutputTokens: int64(i)},
+				Attempts: []store.Attempt{
+					{ID: id + "_a1", RequestID: id, Seq: 1, AccountID: "acc_a", Class: "server", Action: "next_account", StartedAt: start, EndedAt: start},
+					{ID: id + "_a2", RequestID: id, Seq: 2, AccountID: "acc_b", Class: "ok", Action: "done", StartedAt: start, EndedAt: start},
+				}})
+		}
+		require.NoError(t, s.RecordRequests(ctx, batch))
+		require.NoError(t, s.RecordRequests(ctx, batch), "written again")
+		rows, total, err := s.Requests(ctx, store.RequestFilter{ThreadID: "tb"})
+		require.NoError(t, err)
+		assert.Equal(t, 5, total)
+		var out int64
+		for _, r := range rows {
+			out += r.OutputTokens
+		}
+		assert.Equal(t, int64(0+1+2+3+4), out)
+		_, total, err = s.Attempts(ctx, store.AttemptFilter{ThreadID: ""})
+		require.NoError(t, err)
+		assert.Equal(t, 10, total)
 	})
 }

@@ -1,0 +1,170 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/store/storetest"
+)
+
+// fakeWrites records the batches a writeBehind writes; it refuses the
+// first refuse of them and blocks each while gate is held.
+type fakeWrites struct {
+	mu      sync.Mutex
+	batches [][]int
+	refuse  int
+	dropped int
+	gate    sync.RWMutex
+}
+
+func (f *fakeWrites) write(batch []int) []int {
+	f.gate.RLock()
+	defer f.gate.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refuse > 0 {
+		f.refuse--
+		return batch
+	}
+	f.batches = append(f.batches, slices.Clone(batch))
+	return nil
+}
+
+func (f *fakeWrites) written() (items []int, batches int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.batches {
+		items = append(items, b...)
+	}
+	return items, len(f.batches)
+}
+
+func newFakeWriter(f *fakeWrites, batch, max int) *writeBehind[int] {
+	return &writeBehind[int]{batch: batch, max: max, write: f.write, closeNow: make(chan struct{}),
+		dropped: func(n int) { f.mu.Lock(); f.dropped += n; f.mu.Unlock() }}
+}
+
+func seq(from, to int) []int {
+	var out []int
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// The first item is written by its caller; what gathers while that write
+// runs goes in the next ones, up to the batch size each, in the order
+// added, and its callers do not wait.
+func TestWriteBehindBatches(t *testing.T) {
+	f := &fakeWrites{}
+	w := newFakeWriter(f, 100, 0)
+	f.gate.Lock()
+	first := make(chan struct{})
+	go func() { defer close(first); w.add(0) }() // its caller writes it, and waits at the gate
+	require.Eventually(t, func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.writing && len(w.pending) == 0 }, 5*time.Second, time.Millisecond)
+	for i := 1; i < 1000; i++ {
+		w.add(i) // queued: returns at once
+	}
+	f.gate.Unlock()
+	<-first
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, w.flush(ctx))
+	items, batches := f.written()
+	assert.Equal(t, seq(0, 1000), items)
+	assert.LessOrEqual(t, batches, 11, "one write for the first, then batches of 100")
+	w.add(1000)
+	items, _ = f.written()
+	assert.Contains(t, items, 1000, "a lone item is written by the time add returns")
+	w.close(time.Second)
+}
+
+// A batch the database refuses is tried again, first in line, until it
+// goes through.
+func TestWriteBehindRetries(t *testing.T) {
+	f := &fakeWrites{refuse: 2}
+	w := newFakeWriter(f, 10, 0)
+	for i := range 5 {
+		w.add(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, w.flush(ctx))
+	items, _ := f.written()
+	assert.Equal(t, seq(0, 5), items)
+	assert.Zero(t, f.dropped)
+	w.close(time.Second)
+}
+
+// Past max waiting, new items are dropped and counted; closing gives up
+// what the database still refuses when the grace ends; after close, add
+// writes in the caller.
+func TestWriteBehindBoundsAndClose(t *testing.T) {
+	f := &fakeWrites{}
+	w := newFakeWriter(f, 10, 3)
+	f.gate.Lock()
+	go w.add(0) // written by its caller, which waits at the gate
+	require.Eventually(t, func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.writing && len(w.pending) == 0 }, 5*time.Second, time.Millisecond)
+	w.add(1)
+	w.add(2)
+	w.add(3)
+	w.add(4) // the fourth waiting: dropped
+	f.mu.Lock()
+	assert.Equal(t, 1, f.dropped)
+	f.refuse = 1 << 30 // from now on the database refuses everything
+	f.mu.Unlock()
+	f.gate.Unlock()
+
+	closed := make(chan struct{})
+	go func() { w.close(200 * time.Millisecond); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("close did not end while the writes were refused")
+	}
+	f.mu.Lock()
+	assert.Equal(t, 1+4, f.dropped, "the four left (the one at the gate refused too) when the grace ended")
+	f.refuse = 0
+	f.mu.Unlock()
+
+	w.add(5)
+	items, _ := f.written()
+	assert.Contains(t, items, 5, "written by add itself once closed")
+	assert.NotContains(t, items, 4)
+}
+
+// The relay's request log: a batch with one row the database refuses for
+// what it holds loses only that row; a database that takes nothing keeps
+// them all for a retry.
+func TestRequestLogRefusedRow(t *testing.T) {
+	st := storetest.Open(t, storetest.PostgresURL(t), store.Options{})
+	reg := prometheus.NewRegistry()
+	s := New(Config{Store: st, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
+	defer s.Close()
+	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	row := func(id, thread string) store.LoggedRequest {
+		return store.LoggedRequest{Request: store.RequestRecord{ID: id, ThreadID: thread, Transport: "ws", StartedAt: start}}
+	}
+	retry := s.writeRequestLog([]store.LoggedRequest{row("req_a", "t-refused"), row("req_nul", "t\x00"), row("req_b", "t-refused")})
+	assert.Empty(t, retry, "the refused row is dropped, not retried")
+	_, n, err := st.Requests(context.Background(), store.RequestFilter{ThreadID: "t-refused"})
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "the other rows are written")
+	var m dto.Metric
+	require.NoError(t, s.metrics.logDropped.Write(&m))
+	assert.Equal(t, 1.0, m.GetCounter().GetValue())
+
+	st.Close()
+	retry = s.writeRequestLog([]store.LoggedRequest{row("req_c", "t-later"), row("req_d", "t-later")})
+	assert.Len(t, retry, 2, "a database that takes nothing: every row kept")
+}
