@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/assert"
@@ -195,6 +196,8 @@ func referenceID(v string) (string, bool) {
 	case len(v) > maxIdentityLen:
 		return "", false
 	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return "", false
+	case !utf8.ValidString(v):
 		return "", false
 	case uuidPattern.MatchString(v):
 		return strings.ToLower(v), true

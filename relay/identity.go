@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 )
 
 // SessionHeaders are the headers that carry the process session (the root of
@@ -197,6 +198,11 @@ func normaliseID(header, v string) (string, error) {
 		if c := v[i]; c < 0x20 || c == 0x7f {
 			return "", &IdentityError{Header: header, Reason: "control character"}
 		}
+	}
+	// Bytes that are not UTF-8 cannot be stored as text in PostgreSQL (the
+	// binding and log writes would fail) nor shown as they are in JSON.
+	if !utf8.ValidString(v) {
+		return "", &IdentityError{Header: header, Reason: "not UTF-8"}
 	}
 	if isUUID(v) {
 		v = strings.ToLower(v)

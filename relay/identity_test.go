@@ -48,6 +48,8 @@ func TestParseIdentity(t *testing.T) {
 		{"non-uuid keeps its case", headers("thread-id", "MyThread"), "", "MyThread", SourceThread, "", ""},
 		{"overlong refused", headers("thread-id", strings.Repeat("a", 300)), "", "", "", "", "thread-id"},
 		{"control character refused", headers("session-id", "a\x01b"), "", "", "", "", "session-id"},
+		{"bytes that are not UTF-8 refused", headers("thread-id", "thread-\xff\xfe"), "", "", "", "", "thread-id"},
+		{"UTF-8 beyond ASCII kept", headers("thread-id", "fil-à-plomb"), "", "fil-à-plomb", SourceThread, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
