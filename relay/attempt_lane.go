@@ -110,9 +110,10 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice,
 	}
 	l := lease.Lane
 	h.upstream = l.Header
-	l.Drain()
+	src := newLaneSource(l) // claimed before the request goes: its first event is this request's
 	l.Requests.Add(1)
 	if err := l.Send(ctx, msg); err != nil {
+		src.stop()
 		lease.Release(lease.State, false)
 		if isTooLarge(err) || isTooLarge(l.Err()) {
 			return attemptResult{}, false // over the upstream's message limit: HTTP takes it
@@ -137,7 +138,7 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice,
 		lease.Release(bridge.State{ResponseID: tr.responseID, History: history, Shape: out.shape, NoChain: lease.State.NoChain}, true)
 		s.settle(ctx, r, ch, h, tr, out.input)
 	}
-	end := s.pump(ctx, r, acct, newLaneSource(l), cl, h, settle)
+	end := s.pump(ctx, r, acct, src, cl, h, settle)
 	if e := end.tr.failure; e != nil && (end.tr.failStatus == http.StatusUnauthorized || e.Code == wire.CodeWebSocketConnectionLimitReached) {
 		// The lane's credentials went stale, or the upstream retires the
 		// connection: the next attempt needs a fresh one.

@@ -33,52 +33,153 @@ type eventSource interface {
 	stop()
 }
 
-// laneSource reads a lane's events. Each event's buffer goes back to the
-// lane's pool at the next call (the data is valid until then).
+// laneSource reads a lane's events for one request, in the request's own
+// goroutine: it claims the lane's reading when made (before the request is
+// sent), takes the first event from the lane's idle reader and reads the
+// rest itself, and gives the reading back at stop. Each event's buffer goes
+// back to the lane's pool at the next call (the data is valid until then).
 type laneSource struct {
-	l    *bridge.Lane
-	t    *time.Timer   // the idle deadline, reused across events
-	prev *bridge.Event // the event returned last, released at the next call
+	l     *bridge.Lane
+	first <-chan *bridge.Event // the claim: the lane's idle reader hands the first event over on it
+	held  bool                 // the first event came: this source reads the lane
+	prev  *bridge.Event        // the event returned last, released at the next call
+	// wait is the idle deadline while the first event is awaited.
+	wait *time.Timer
+	// cut is the idle deadline while this source reads: it interrupts the
+	// read, and stalled tells that interruption from the connection's own
+	// end. Armed around each read, so the client's writes do not count.
+	cut     *time.Timer
+	stalled atomic.Bool
+	// arrivedBy ends Arrived's reads (zero until its first call).
+	arrivedBy time.Time
+	// reading is set while Next reads the lane: the request's context
+	// ending interrupts that read (unwatch stops watching it), never
+	// Arrived's, nor the lane while the client is written to.
+	reading atomic.Bool
+	unwatch func() bool
 }
 
-func newLaneSource(l *bridge.Lane) *laneSource { return &laneSource{l: l} }
+// newLaneSource claims l's reading for a request about to be sent on it.
+func newLaneSource(l *bridge.Lane) *laneSource { return &laneSource{l: l, first: l.Claim()} }
+
+// arrivedWithin bounds the reads of Arrived on a lane it reads, from its
+// first call: an event that has arrived is in the socket or the
+// connection's buffer already and is read at once, and an upstream still
+// answering is not followed further.
+const arrivedWithin = 100 * time.Millisecond
 
 func (s *laneSource) Next(ctx context.Context, idle time.Duration) ([]byte, error) {
 	s.release()
-	if s.t == nil {
-		s.t = time.NewTimer(idle)
+	if !s.held {
+		return s.handedOver(ctx, idle)
+	}
+	if s.unwatch == nil {
+		// The request's end (its client went away) ends a read under way;
+		// the lane then closes, which is what cancels the upstream's
+		// request. Once a request: an event costs no AfterFunc.
+		s.unwatch = context.AfterFunc(ctx, s.cancelRead)
+	}
+	s.reading.Store(true)
+	if err := ctx.Err(); err != nil { // ended before cancelRead could see the read
+		s.reading.Store(false)
+		return nil, err
+	}
+	data, err := s.read(ctx, idle)
+	s.reading.Store(false)
+	return data, err
+}
+
+// cancelRead interrupts the read under way when the request's context
+// ends.
+func (s *laneSource) cancelRead() {
+	if s.reading.Load() {
+		s.l.Interrupt()
+	}
+}
+
+// handedOver waits for the request's first event, which the lane's idle
+// reader hands over.
+func (s *laneSource) handedOver(ctx context.Context, idle time.Duration) ([]byte, error) {
+	if s.wait == nil {
+		s.wait = time.NewTimer(idle)
 	} else {
-		s.t.Reset(idle) // since Go 1.23 a Reset timer never delivers a stale tick
+		s.wait.Reset(idle) // since Go 1.23 a Reset timer never delivers a stale tick
 	}
 	select {
-	case m, ok := <-s.l.Events():
+	case m, ok := <-s.first:
+		s.wait.Stop()
 		if !ok {
-			if err := s.l.Err(); err != nil {
-				return nil, err
-			}
-			return nil, io.EOF
+			return nil, s.ended()
 		}
-		s.prev = m
+		s.held, s.prev = true, m
 		return m.Data, nil
-	case <-s.t.C:
+	case <-s.wait.C:
 		return nil, errStall
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
+// read reads the next event from the lane, within idle.
+func (s *laneSource) read(ctx context.Context, idle time.Duration) ([]byte, error) {
+	if s.cut == nil {
+		s.cut = time.AfterFunc(idle, s.interrupt)
+	} else {
+		s.cut.Reset(idle)
+	}
+	m, err := s.l.Read()
+	s.cut.Stop()
+	switch {
+	case err == nil:
+		s.prev = m
+		return m.Data, nil
+	case s.stalled.Load():
+		return nil, errStall
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	}
+	return nil, s.ended()
+}
+
+func (s *laneSource) interrupt() {
+	s.stalled.Store(true)
+	s.l.Interrupt()
+}
+
+// ended is why the lane ended: its error, or io.EOF.
+func (s *laneSource) ended() error {
+	if err := s.l.Err(); err != nil {
+		return err
+	}
+	return io.EOF
+}
+
 func (s *laneSource) Arrived() ([]byte, bool) {
 	s.release()
-	select {
-	case m, ok := <-s.l.Events():
-		if !ok {
+	if !s.held {
+		select {
+		case m, ok := <-s.first:
+			if !ok {
+				return nil, false
+			}
+			s.held, s.prev = true, m
+			return m.Data, true
+		default:
 			return nil, false
 		}
-		s.prev = m
-		return m.Data, true
-	default:
+	}
+	if s.arrivedBy.IsZero() {
+		s.arrivedBy = time.Now().Add(arrivedWithin)
+	}
+	left := time.Until(s.arrivedBy)
+	if left <= 0 || !s.l.Alive() {
 		return nil, false
 	}
+	// An event that has not come by then has not arrived: the lane is
+	// then interrupted, as it is closed anyway when the upstream is still
+	// answering.
+	data, err := s.read(context.Background(), left)
+	return data, err == nil
 }
 
 func (s *laneSource) release() {
@@ -88,11 +189,19 @@ func (s *laneSource) release() {
 	}
 }
 
+// stop gives the lane's reading back and releases the timers.
 func (s *laneSource) stop() {
 	s.release()
-	if s.t != nil {
-		s.t.Stop()
+	if s.wait != nil {
+		s.wait.Stop()
 	}
+	if s.cut != nil {
+		s.cut.Stop()
+	}
+	if s.unwatch != nil {
+		s.unwatch()
+	}
+	s.l.Unclaim(s.first)
 }
 
 // httpSource reads an upstream's HTTP/SSE answer in the caller's goroutine.
