@@ -98,8 +98,14 @@ func (s *Store) warm(ctx context.Context, queries ...string) {
 	}
 }
 
-// exec runs a statement written with ? placeholders, prepared once.
+// exec runs a statement written with ? placeholders, prepared once: a
+// write, which on SQLite waits its turn with the transactions (writeTx)
+// rather than polling for the database's lock.
 func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if s.loc.Dialect == SQLite {
+		s.writeTx.Lock()
+		defer s.writeTx.Unlock()
+	}
 	st, err := s.prepared(ctx, query)
 	if err != nil {
 		return nil, err

@@ -243,8 +243,8 @@ type Store struct {
 	accts   accountsCache
 	keys    keysCache
 	prices  priceCache
-	// writeTx lets one write transaction at a time begin on SQLite, in
-	// arrival order. SQLite has one writer anyway; left to its busy
+	// writeTx lets one write (a transaction, or a statement of exec) at a
+	// time begin on SQLite, in arrival order. SQLite has one writer anyway; left to its busy
 	// handler, waiting transactions poll for the lock, and under load an
 	// unlucky one can lose every round until its busy timeout.
 	writeTx sync.Mutex
