@@ -124,6 +124,46 @@ func TestClientThatStopsReadingIsLetGo(t *testing.T) {
 	}
 }
 
+// A client that stops reading an answer of small events over HTTP is
+// let go as client_stalled too: each event fits the response's buffer, so
+// the write that blocks, and times out, is the flush after it
+// (wire.SSEWriter.WriteEvent returns its error); dropping that error would
+// leave the attempt to the request's context, which the failed write
+// cancels, and record the client's stall as a hang-up.
+func TestClientThatStopsReadingSmallEventsIsStalled(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.ClientWriteTimeout = 300 * time.Millisecond }, simAccount("a1", "org-a"))
+	srv := httptest.NewUnstartedServer(h.relay)
+	srv.Listener = smallBuffers{srv.Listener}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	const thread = "019a2222-0000-7000-8000-000000000003"
+	// About 150 bytes an event, 3,000 of them 1 ms apart: far more than
+	// the buffers between hold, each event far less than a write buffer.
+	b, err := json.Marshal(responseRequest("flood me [[sim:words 3000]] [[sim:events 3000]] [[sim:gap 1ms]]"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/backend-api/codex/responses", bytes.NewReader(b))
+	require.NoError(t, err)
+	req.Header.Set("Thread-Id", thread)
+	resp, err := (&http.Client{Transport: &http.Transport{DialContext: smallReader}}).Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.NotEmpty(t, line, "the stream began") // then the client reads no more
+
+	rec := h.waitRequest(thread)
+	assert.Equal(t, 499, rec.Status, "logged as closed by the client")
+	assert.Equal(t, "client_stalled", rec.ErrorCode)
+	atts, _, err := h.store.Attempts(context.Background(), storeFilterThread(thread))
+	require.NoError(t, err)
+	require.Len(t, atts, 1, "nothing was retried")
+	assert.Equal(t, "client_stalled", atts[0].Class, "detail: %s", atts[0].Detail)
+	h.requireUnpenalised("a1")
+}
+
 // A client that hangs up is a cancellation: logged as 499, never as an
 // error of the relay, and not held against the account.
 func TestClientThatHangsUpIsACancellation(t *testing.T) {

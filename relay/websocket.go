@@ -151,7 +151,7 @@ func (ws *wsSession) run(ctx context.Context) error {
 		defer close(read)
 		cancel(ws.read(ctx, msgs))
 	}()
-	pinger := ws.pingEvery(ctx, cancel)
+	pinger := ws.pingEvery(ctx, cancel, clientPingEvery)
 	// Writes go without the session's context (see write); its end
 	// closes the connection instead, which ends a write under way.
 	stopClosing := context.AfterFunc(ctx, func() { ws.conn.CloseNow() })
@@ -197,21 +197,28 @@ func (ws *wsSession) read(ctx context.Context, msgs chan<- []byte) error {
 	}
 }
 
-// pingEvery pings the client every clientPingEvery from a timer (no
-// goroutine waits between pings); a ping not answered in time ends the
-// session through cancel. Stop the returned timer when the session ends.
-func (ws *wsSession) pingEvery(ctx context.Context, cancel context.CancelCauseFunc) *time.Timer {
+// pingEvery pings the client every period from a timer (no goroutine
+// waits between pings); a ping not answered in time ends the session
+// through cancel. A ping that fails while a write to the client is under
+// way (its frame waits behind that write, at most 5 s in coder/websocket,
+// and a client that reads nothing answers no ping) lets a client go that
+// stopped reading: the write fails as the client's stall, as when the
+// write guard fires. Stop the returned timer when the session ends.
+func (ws *wsSession) pingEvery(ctx context.Context, cancel context.CancelCauseFunc, period time.Duration) *time.Timer {
 	var t *time.Timer
-	t = time.AfterFunc(clientPingEvery, func() {
+	t = time.AfterFunc(period, func() {
 		pctx, done := context.WithTimeout(ctx, clientPingTimeout)
 		err := ws.conn.Ping(pctx)
 		done()
 		switch {
 		case ctx.Err() != nil:
 		case err != nil:
+			if ws.writes.stall() {
+				err = fmt.Errorf("%w: %w", errClientStalled, err)
+			}
 			cancel(fmt.Errorf("client ping: %w", err))
 		default:
-			t.Reset(clientPingEvery)
+			t.Reset(period)
 		}
 	})
 	return t
@@ -442,7 +449,7 @@ type writeGuard struct {
 	mu        sync.Mutex
 	active    int        // writes under way (the reader may write beside the serving loop)
 	timer     guardTimer // fires onStuck; created on first use
-	stuck     bool       // the timer fired: the connection was let go
+	stuck     bool       // the timer fired, or a ping failed behind a write (stall): the connection was let go
 }
 
 // guardTimer is the part of *time.Timer the guard uses.
@@ -470,6 +477,18 @@ func (g *writeGuard) begin() {
 		return
 	}
 	g.timer.Reset(d)
+}
+
+// stall marks the connection let go for a stuck write when a write is
+// under way (the session ends for it), and reports whether one was.
+func (g *writeGuard) stall() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.active == 0 {
+		return false
+	}
+	g.stuck = true
+	return true
 }
 
 // fired reports whether the guard let the connection go.
