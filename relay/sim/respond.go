@@ -261,8 +261,8 @@ func (s *Server) stream(ctx context.Context, sk sink, events [][]byte, v *verdic
 		ref.event(typ)
 		switch typ {
 		case wire.EventResponseCompleted:
+			ref.usage(ev) // before finish: a finished record may be taken at once (TakeFinished)
 			ref.finish(http.StatusOK, OutcomeCompleted, s.cfg.Now())
-			ref.usage(ev)
 			s.completed(v.account)
 		case wire.EventResponseFailed:
 			ref.finish(http.StatusOK, OutcomeFailed, s.cfg.Now())
