@@ -18,7 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/relay/oauth"
 	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
 )
@@ -91,6 +93,14 @@ type benchOptions struct {
 	simCompression      string
 	turnTimeout         time.Duration
 	databaseURL         string // "" for a SQLite file in a temp folder
+	// soak > 0 runs the soak (bench_soak.go) for that long instead of the
+	// phases, with faultRate of the upstream requests and clientFaultRate
+	// of the client turns meeting a fault.
+	soak            time.Duration
+	faultRate       float64
+	clientFaultRate float64
+	// hostile runs the hostile clients mode (bench_hostile.go) instead.
+	hostile hostileOptions
 }
 
 func runBench(ctx context.Context, c cli, args []string) error {
@@ -117,6 +127,10 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	fs.StringVar(&o.simCompression, "sim-compression", "pooled", "how the simulated upstream answers a deflate offer (the clients' on direct and pipe, the relay's): pooled, takeover or off")
 	fs.DurationVar(&o.turnTimeout, "turn-timeout", 30*time.Second, "deadline of one turn")
 	fs.StringVar(&o.databaseURL, "database-url", "", "an empty database to run the relay on, e.g. a throwaway postgres://... (default: SQLite in a temp folder); a database holding accounts is refused")
+	fs.DurationVar(&o.soak, "soak", 0, fmt.Sprintf("instead of the phases, soak the relay this long (e.g. 10m): -conversations sessions (default %d) over both transports, one after another in each slot, with faults on both sides, then check that nothing was lost (every turn ended, every request logged with the upstream's usage, resources back, rows intact, no wrong penalty); exits non-zero on a violation", soakSessions))
+	fs.Float64Var(&o.faultRate, "fault-rate", 0.05, "with -soak: the share of upstream response requests the sim meets with a fault (usage limits, 5xx, 401, cut, stalled and failed streams), and a quarter of the upstream WebSockets reach an age limit")
+	fs.Float64Var(&o.clientFaultRate, "client-fault-rate", 0.04, "with -soak: the share of client turns read slowly or hung up on mid-answer")
+	hostileFlags(fs, &o.hostile)
 	asJSON := fs.Bool("json", false, "print the report as JSON, with every figure")
 	logLevel := fs.String("log-level", "error", "relay log level: debug, info, warn or error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file; samples carry the label component=client, sim, pipe or relay (go tool pprof -tagfocus component=relay)")
@@ -129,9 +143,12 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if o.soak > 0 {
+		o.soakDefaults(given)
+	}
 	if *paced {
-		given := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 		if !given["words"] {
 			o.words = pacedWords
 		}
@@ -170,11 +187,34 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	if o.hostile.on {
+		return runHostile(ctx, c, fs, o, log, *asJSON)
+	}
 	if o.idleProfile != "" && o.idle == 0 {
 		return errors.New("bench: -idleprofile needs -idle")
 	}
 	stopProfiles, err := startProfiles(*cpuProfile, *memProfile, *mutexProfile, *blockProfile, o.idleProfile != "")
 	if err != nil {
+		return err
+	}
+	if o.soak > 0 {
+		rep, err := soak(ctx, c, o, log)
+		if perr := stopProfiles(); err == nil {
+			err = perr
+		}
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(c.stdout)
+			enc.SetIndent("", "  ")
+			err = enc.Encode(rep)
+		} else {
+			printSoak(c.stdout, rep)
+		}
+		if err == nil && len(rep.Violations) > 0 {
+			err = errSoakViolations
+		}
 		return err
 	}
 	rep, err := bench(ctx, c, o, log)
@@ -231,6 +271,12 @@ func (o benchOptions) validate() error {
 	if o.turnTimeout <= 0 {
 		return errors.New("bench: -turn-timeout must be positive")
 	}
+	if o.soak < 0 || !(o.faultRate >= 0 && o.faultRate <= 1) || !(o.clientFaultRate >= 0 && o.clientFaultRate <= 1) {
+		return errors.New("bench: -soak must not be negative, -fault-rate and -client-fault-rate must be between 0 and 1")
+	}
+	if o.soak > 0 && o.idle > 0 {
+		return errors.New("bench: -soak and -idle are two modes: give one")
+	}
 	if sessions := o.sessions(); slices.Contains(o.targets, targetRelay) && sessions > o.accounts*relayLanesPerAccount {
 		return fmt.Errorf("bench: %d sessions need at least %d accounts: the relay opens at most %d upstream lanes per account (-accounts)",
 			sessions, (sessions+relayLanesPerAccount-1)/relayLanesPerAccount, relayLanesPerAccount)
@@ -246,6 +292,28 @@ func (o benchOptions) compressionsOf(target, transport string) []relay.Compressi
 		return o.compressions
 	}
 	return []relay.CompressionMode{""}
+}
+
+// soakDefaults sets the soak's workload where its flags were not given.
+func (o *benchOptions) soakDefaults(given map[string]bool) {
+	if !given["conversations"] {
+		o.conversations = soakSessions
+	}
+	if !given["accounts"] {
+		o.accounts = soakAccounts(o.conversations)
+	}
+	if !given["words"] {
+		o.words = soakWords
+	}
+	if !given["deltas"] {
+		o.deltas = soakDeltas
+	}
+	if !given["pace"] {
+		o.pace = soakPace
+	}
+	if !given["turn-timeout"] {
+		o.turnTimeout = soakTurnDeadline
+	}
 }
 
 // sessions is how many sessions one phase holds at once.
@@ -315,7 +383,11 @@ type benchEnv struct {
 	store    *store.Store
 	secret   []byte
 	key      string // the relay's client key
+	keyID    string
 	database string // the relay's store: sqlite or postgres
+	// closeRelayIdle closes the idle HTTP connections of the relay last
+	// started (to the sim and the token endpoint).
+	closeRelayIdle func()
 }
 
 // bench runs the workload (or the idle mode) against every target, on
@@ -416,7 +488,13 @@ func startBenchEnv(ctx context.Context, c cli, o benchOptions, log *slog.Logger)
 
 	for i := range o.accounts {
 		id := fmt.Sprintf("bench-%d", i+1)
-		env.accounts = append(env.accounts, sim.Account{ID: id, AccessToken: "at-" + id, RefreshToken: "rt-" + id, Organization: "org-bench"})
+		org := "org-bench"
+		if o.soak > 0 {
+			// Two organisations: a thread that a fault moves may land where
+			// its ciphertext cannot be read.
+			org = fmt.Sprintf("org-%c", 'a'+i%2)
+		}
+		env.accounts = append(env.accounts, sim.Account{ID: id, AccessToken: "at-" + id, RefreshToken: "rt-" + id, Organization: org})
 	}
 	// The sim keeps one record per request and per WebSocket handshake
 	// (the bench counts the events it sent from them): enough for a phase,
@@ -452,9 +530,11 @@ func startBenchEnv(ctx context.Context, c cli, o benchOptions, log *slog.Logger)
 			return nil, stop, err
 		}
 	}
-	if _, env.key, err = st.CreateClientKey(ctx, store.ClientKey{Name: "bench"}); err != nil {
+	key, secretKey, err := st.CreateClientKey(ctx, store.ClientKey{Name: "bench"})
+	if err != nil {
 		return nil, stop, err
 	}
+	env.key, env.keyID = secretKey, key.ID
 	env.store, env.secret = st, secret
 	return env, stop, nil
 }
@@ -470,14 +550,29 @@ func (e *benchEnv) startRelay(ctx context.Context, compression relay.Compression
 	}
 	url = "http://" + ln.Addr().String()
 	pprof.Do(ctx, pprof.Labels("component", "relay"), func(context.Context) {
-		rl := relay.New(relay.Config{Store: e.store, Logger: e.log.With("component", "relay"),
+		up := relay.NewUpstreamWith(relay.UpstreamOptions{Compression: relay.Compression{Mode: e.o.upstreamCompression}})
+		e.closeRelayIdle = up.HTTP.CloseIdleConnections
+		cfg := relay.Config{Store: e.store, Logger: e.log.With("component", "relay"),
 			ClientCompression: relay.Compression{Mode: compression},
-			Upstream:          relay.NewUpstreamWith(relay.UpstreamOptions{Compression: relay.Compression{Mode: e.o.upstreamCompression}}),
-			Replica:           relay.ReplicaConfig{Address: url, HopKey: derivedKey(e.secret, hopKeyPurpose)}})
+			Upstream:          up,
+			Replica:           relay.ReplicaConfig{Address: url, HopKey: derivedKey(e.secret, hopKeyPurpose)}}
+		closeTokens := func() {}
+		if e.o.soak > 0 {
+			// The soak's 401s are answered by refreshing at the sim (which
+			// rotates the refresh token), its stalls end at a short idle
+			// deadline, and idle lanes close soon after the sessions.
+			tokens := oauth.NewRefresher(oauth.RefresherConfig{Store: e.store, HTTPClient: up.HTTP, ClientFor: up.Client,
+				TokenURL: e.upstream.TokenURL(), Logger: e.log.With("component", "tokens")})
+			closeTokens = tokens.Close
+			cfg.Tokens = tokens
+			cfg.StreamIdleTimeout = soakStallDeadline
+			cfg.Bridge = bridge.PoolConfig{IdleTimeout: soakLaneIdle, SweepEvery: soakLaneIdle / 4}
+		}
+		rl := relay.New(cfg)
 		runCtx, stopRun := context.WithCancel(ctx)
 		ran := make(chan struct{})
 		go func() { defer close(ran); rl.Run(runCtx) }()
-		hs := &http.Server{Handler: rl, ReadHeaderTimeout: 10 * time.Second}
+		hs := relayHTTPServer(rl, e.log)
 		served := make(chan error, 1)
 		go func() { served <- hs.Serve(ln) }()
 		stop = func() {
@@ -488,6 +583,7 @@ func (e *benchEnv) startRelay(ctx context.Context, compression relay.Compression
 			_ = hs.Shutdown(sctx)
 			rl.Close() // WebSocket sessions are hijacked: Shutdown does not end them
 			<-served
+			closeTokens()
 		}
 	})
 	return url, stop, nil

@@ -256,13 +256,7 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl,
 		SessionKey: derivedKey(opts.secret, sessionKeyPurpose), Probe: probe, Location: opts.location})
 
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    1 << 20,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	hs := relayHTTPServer(srv, log)
 	log.Info("codex-relay listening", "addr", ln.Addr().String(), "database", st.Location().String(),
 		"lane_max_age", cmp.Or(opts.laneMaxAge, defaultLaneMaxAge).String(),
 		"ws_compression", opts.clientCompression.String(), "upstream_ws_compression", opts.upstreamCompression.String())
@@ -275,6 +269,20 @@ func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte,
 	err = serveUntilDone(ctx, hs, ln, grace, log, rl)
 	rl.Close() // WebSocket sessions are hijacked: Shutdown did not end them
 	return err
+}
+
+// relayHTTPServer is the HTTP server in front of the relay's handler, with
+// the limits that keep hostile clients in bounds: headers within 10 s and
+// 1 MiB, idle kept-alive connections closed after 2 minutes. serve and the
+// bench both use it.
+func relayHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 // serveUntilDone serves until ctx ends, then shuts down gracefully within

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package main
+
+// setReceiveBuffer is a no-op here: the slow readers keep the system's
+// receive buffer.
+func setReceiveBuffer(fd uintptr, bytes int) {}
