@@ -1,0 +1,1124 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/codexrelay/codex-relay/relay/sim"
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/wire"
+)
+
+// The soak (-soak DURATION): sessions over both transports, for a long
+// time, with faults on both sides, and then the checks that say nothing
+// was lost. Each of the -conversations slots runs one session after
+// another (3 to 10 turns, a pause like a user's between turns) on its
+// transport (even slots WebSocket, odd HTTP) until the duration ends; the
+// turns under way then finish. The sim meets -fault-rate of the response
+// requests with a fault (soakFaultMix), and a quarter of the upstream
+// WebSocket connections reach their age limit after a few seconds; the
+// clients are slow readers, or hang up mid-answer, on -client-fault-rate
+// of their turns. The accounts belong to two organisations, so a thread
+// moved by a fault may land where its ciphertext cannot be read.
+//
+// What it checks, afterwards (soakReport.Violations; any makes the command
+// fail):
+//   - every turn ended: completed, or with a terminal event Codex handles
+//     (response.failed, response.incomplete, an error event, an HTTP error
+//     with a JSON error), never past its deadline, never with a stream that
+//     just stopped;
+//   - every request has its log row, and the usage the log settled for
+//     each thread is the usage the upstream reported for it;
+//   - goroutines and open files back to their level before the sessions,
+//     the live heap flat across the run;
+//   - every account, its credentials (the refresh token the sim holds
+//     now: rotations were committed), the client key and every thread's
+//     binding still there, bindings on the account that last answered;
+//   - every penalty an account got matches a fault the sim gave that
+//     account, and no spent refresh token was ever replayed.
+
+// soakDefaults are the soak's workload where its flags are not given: a
+// short paced answer (20 deltas 25 ms apart), 1,000 sessions.
+const (
+	soakSessions     = 1000
+	soakWords        = 60
+	soakDeltas       = 20
+	soakPace         = 25 * time.Millisecond
+	soakTurnDeadline = 60 * time.Second
+	// soakStallDeadline is the relay's stream idle timeout in the soak: a
+	// stalled upstream answer ends (and fails over) after it.
+	soakStallDeadline = 3 * time.Second
+	// soakLaneIdle closes the relay's idle upstream lanes soon after the
+	// sessions end, so the resources can be seen to come back.
+	soakLaneIdle = 2 * time.Second
+	// soakUsageReset is when an account's usage limit resets.
+	soakUsageReset = 5 * time.Second
+	// soakLaneAge is the age at which the sim retires the upstream
+	// WebSocket connections the age fault picks (soakAgeRate of them).
+	soakLaneAge = 4 * time.Second
+	soakAgeRate = 0.25
+)
+
+// soakAccounts is the pool for sessions: what their lanes need, and room
+// for the accounts a fault takes out for a while.
+func soakAccounts(sessions int) int {
+	return (sessions+relayLanesPerAccount-1)/relayLanesPerAccount + 8
+}
+
+// soakFault is one kind of upstream fault and its share of the fault rate.
+type soakFault struct {
+	name  string
+	share float64
+	fault sim.Fault
+}
+
+// soakFaultMix is what the sim does to the requests it meets with a
+// fault: usage limits (reset in seconds; few, or every account would be
+// out half the time and every thread moving), 5xx before the stream, 401
+// (the relay refreshes and rotates the refresh token), streams cut,
+// stalled or failed before and after output. The shares add up to 1.
+var soakFaultMix = []soakFault{
+	{"usage_limit", 0.06, sim.Fault{Kind: sim.FaultUsageLimit, ResetsIn: sim.Duration(soakUsageReset)}},
+	{"500", 0.09, sim.Fault{Kind: sim.FaultServerError, Status: 500}},
+	{"502", 0.09, sim.Fault{Kind: sim.FaultServerError, Status: 502}},
+	{"503", 0.09, sim.Fault{Kind: sim.FaultServerError, Status: 503}},
+	{"overloaded", 0.08, sim.Fault{Kind: sim.FaultOverloaded}},
+	{"unauthorized", 0.08, sim.Fault{Kind: sim.FaultUnauthorized}},
+	{"cut_before_output", 0.12, sim.Fault{Kind: sim.FaultCutStream, Events: 2}},
+	{"cut_after_output", 0.12, sim.Fault{Kind: sim.FaultCutStream, Events: 12}},
+	{"stall_before_output", 0.06, sim.Fault{Kind: sim.FaultStall, Events: 2}},
+	{"stall_after_output", 0.06, sim.Fault{Kind: sim.FaultStall, Events: 12}},
+	{"failed_before_output", 0.05, sim.Fault{Kind: sim.FaultOverloaded, InStream: true}},
+	{"failed_after_output", 0.10, sim.Fault{Kind: sim.FaultServerError, InStream: true, Events: 12}},
+}
+
+// penaltyCauses are the faults that may put an account in each status: a
+// penalty with none of them fired on that account is a wrong one.
+var penaltyCauses = map[store.Status][]sim.FaultKind{
+	store.StatusRateLimited:    {sim.FaultUsageLimit, sim.FaultSharingCap, sim.FaultRateLimit, sim.FaultForbidden},
+	store.StatusQuotaExceeded:  {sim.FaultInsufficientQuota, sim.FaultPaymentRequired},
+	store.StatusReauthRequired: {sim.FaultUnauthorized},
+}
+
+// How a soak turn ended.
+const (
+	soakCompleted = "completed"
+	soakFailed    = "failed"   // a terminal event or error answer Codex handles
+	soakVanished  = "vanished" // the client hung up on purpose
+	soakHung      = "hung"     // the turn passed its deadline: a violation
+	soakBroken    = "broken"   // the answer stopped without a terminal event, or was unreadable: a violation
+)
+
+// soakReport is what a soak did and what its checks found.
+type soakReport struct {
+	Seconds         float64 `json:"seconds"`
+	Sessions        int     `json:"sessions"` // slots running at once
+	SessionsRun     int     `json:"sessions_run"`
+	Accounts        int     `json:"accounts"`
+	FaultRate       float64 `json:"fault_rate"`
+	ClientFaultRate float64 `json:"client_fault_rate"`
+	Database        string  `json:"database"`
+	CPUs            int     `json:"cpus"`
+	GoVersion       string  `json:"go_version"`
+
+	// Turns by how they ended, and the failures by their code.
+	Turns       map[string]int `json:"turns"`
+	Failures    map[string]int `json:"failures"`
+	SlowTurns   int            `json:"slow_turns"`
+	MaxTurnMs   float64        `json:"max_turn_ms"`
+	DeadlineMs  float64        `json:"turn_deadline_ms"`
+	Requests    int            `json:"requests"`     // sent by the clients, prewarms included
+	LoggedRows  int            `json:"logged_rows"`  // in the relay's request log
+	SimRequests int            `json:"sim_requests"` // response requests the sim answered
+	Recoveries  map[string]int `json:"recoveries"`   // logged rows by recovery
+	Attempts    map[string]int `json:"attempts"`     // the relay's attempts by class
+	// Faults the sim fired, by kind (handshake age limits included).
+	Faults    map[string]int `json:"faults"`
+	Penalties []soakPenalty  `json:"penalties"`
+	// Usage the request log settled and the sim reported, in total.
+	LoggedUsage   soakUsage `json:"logged_usage"`
+	UpstreamUsage soakUsage `json:"upstream_usage"`
+	// Threads whose bindings were checked.
+	BindingsChecked int `json:"bindings_checked"`
+	Refreshes       int `json:"refreshes"`
+
+	Memory      []soakMemSample `json:"memory"`
+	Goroutines  [2]int          `json:"goroutines"` // before the sessions, after them
+	OpenSockets [2]int          `json:"open_sockets"`
+
+	Violations []string `json:"violations"`
+}
+
+// soakPenalty is one status an account was put in during the soak.
+type soakPenalty struct {
+	Account string    `json:"account"`
+	Status  string    `json:"status"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+	Cause   string    `json:"cause,omitempty"` // the fault that explains it; "" when none does
+}
+
+// soakUsage sums token counts.
+type soakUsage struct {
+	Input     int64 `json:"input"`
+	Cached    int64 `json:"cached"`
+	Output    int64 `json:"output"`
+	Reasoning int64 `json:"reasoning"`
+	Total     int64 `json:"total"`
+}
+
+func (u *soakUsage) add(v soakUsage) {
+	u.Input += v.Input
+	u.Cached += v.Cached
+	u.Output += v.Output
+	u.Reasoning += v.Reasoning
+	u.Total += v.Total
+}
+
+// soakMemSample is the process at one moment of the soak.
+type soakMemSample struct {
+	Second     float64 `json:"second"`
+	LiveHeap   int64   `json:"live_heap_bytes"` // as of the last collection
+	RSS        int64   `json:"rss_bytes"`
+	Goroutines int     `json:"goroutines"`
+}
+
+// soakSession is what the clients know of one session.
+type soakSession struct {
+	id        string
+	transport string
+	requests  int // sent, prewarms included
+	completed int
+	last      string // how its last turn ended
+}
+
+// soakRun is one soak's shared state. The counters are guarded by mu.
+type soakRun struct {
+	env   *benchEnv
+	o     benchOptions
+	start time.Time
+
+	closeIdle        func()
+	goroutinesBefore map[string]int
+
+	mu         sync.Mutex
+	sessions   []*soakSession
+	turns      map[string]int
+	failures   map[string]int
+	slow       int
+	maxTurn    time.Duration
+	violations []string
+	upstream   map[string]*soakUsage // by prompt_cache_key (the session)
+	simReqs    map[string]int        // by prompt_cache_key
+	fired      []sim.Record          // records a fault answered
+	faults     map[string]int
+	penalties  []soakPenalty
+}
+
+func (r *soakRun) violate(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.violations) < 200 {
+		r.violations = append(r.violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// soak runs the -soak workload and its checks.
+func soak(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (soakReport, error) {
+	rep := soakReport{Sessions: o.conversations, Accounts: o.accounts, FaultRate: o.faultRate, ClientFaultRate: o.clientFaultRate,
+		CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), DeadlineMs: ms(o.turnTimeout)}
+	env, stopEnv, err := startBenchEnv(ctx, c, o, log)
+	defer stopEnv()
+	if err != nil {
+		return rep, err
+	}
+	rep.Database = env.database
+	url, stopRelay, err := env.startRelay(ctx, "pooled")
+	if err != nil {
+		return rep, err
+	}
+	relayStopped := false
+	defer func() {
+		if !relayStopped {
+			stopRelay()
+		}
+	}()
+	target := benchTarget{name: targetRelay, base: url + "/backend-api/codex", header: func(int) http.Header {
+		return http.Header{"Authorization": {"Bearer " + env.key}}
+	}}
+	r := &soakRun{env: env, o: o, turns: map[string]int{}, failures: map[string]int{}, upstream: map[string]*soakUsage{},
+		simReqs: map[string]int{}, faults: map[string]int{}}
+
+	client := benchClient(o.conversations, &wireCounter{})
+	defer client.CloseIdleConnections()
+	// Idle kept-alive HTTP connections (the clients' to the relay, the
+	// relay's to the sim) are pools kept for reuse, not leaks: closed
+	// before resources are counted.
+	r.closeIdle = func() {
+		client.CloseIdleConnections()
+		env.closeRelayIdle()
+	}
+	// A warm-up turn on each transport opens what the relay keeps for good
+	// (database connections, its upstream HTTP connection); then the lanes
+	// close, and the level everything must come back to is read.
+	for i, transport := range []string{"ws", "http"} {
+		s := r.newSession(transport)
+		r.session(ctx, client, target, i, s, time.Time{})
+	}
+	if v := r.takeViolations(); len(v) > 0 {
+		return rep, fmt.Errorf("soak: the warm-up failed: %s", v[0])
+	}
+	warmup := 0
+	for _, s := range r.sessions {
+		warmup += s.requests
+	}
+	r.sessions, r.turns = nil, map[string]int{}
+	r.drainSim()
+	rep.Goroutines[0], rep.OpenSockets[0] = r.quiesce(ctx, 0, 0)
+	r.goroutinesBefore = goroutineSites()
+
+	for _, f := range soakFaultMix {
+		if o.faultRate == 0 {
+			break // a fault of rate 0 would fire on every request
+		}
+		f.fault.Rate = o.faultRate * f.share
+		if _, err := env.upstream.AddFault(f.fault); err != nil {
+			return rep, fmt.Errorf("soak: fault %s: %w", f.name, err)
+		}
+	}
+	if o.faultRate > 0 {
+		if _, err := env.upstream.AddFault(sim.Fault{Kind: sim.FaultWebSocketMaxAge, MaxAge: sim.Duration(soakLaneAge), Rate: soakAgeRate}); err != nil {
+			return rep, fmt.Errorf("soak: fault websocket_max_age: %w", err)
+		}
+	}
+
+	// The watchers: the sim's finished records, the accounts' statuses,
+	// the process's memory. They end with watchCtx.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watchers sync.WaitGroup
+	watchers.Go(func() { r.every(watchCtx, 250*time.Millisecond, r.drainSim) })
+	watchers.Go(func() { r.watchAccounts(watchCtx) })
+	var samples []soakMemSample
+	watchers.Go(func() {
+		r.every(watchCtx, time.Second, func() {
+			samples = append(samples, soakMemSample{Second: time.Since(r.start).Seconds(), LiveHeap: liveHeap(), RSS: readRSS(), Goroutines: runtime.NumGoroutine()})
+		})
+	})
+
+	r.start = time.Now()
+	end := r.start.Add(o.soak)
+	ramp := min(10*time.Second, o.soak/5)
+	var slots sync.WaitGroup
+	for slot := range o.conversations {
+		slots.Go(func() {
+			if !sleepCtx(ctx, ramp*time.Duration(slot)/time.Duration(o.conversations)) {
+				return
+			}
+			transport := []string{"ws", "http"}[slot%2]
+			for time.Now().Before(end) && ctx.Err() == nil {
+				r.session(ctx, client, target, slot, r.newSession(transport), end)
+			}
+		})
+	}
+	slots.Wait()
+	rep.Seconds = time.Since(r.start).Seconds()
+	client.CloseIdleConnections()
+	if err := ctx.Err(); err != nil {
+		stopWatch()
+		watchers.Wait()
+		return rep, err
+	}
+	env.upstream.ClearFaults()
+
+	// Every request's log row is written when it ends: wait for them all.
+	sent := 0
+	for _, s := range r.sessions {
+		sent += s.requests
+	}
+	rep.LoggedRows = r.waitLogged(ctx, warmup+sent) - warmup
+	stopWatch()
+	watchers.Wait()
+	r.drainSim()
+	rep.Goroutines[1], rep.OpenSockets[1] = r.quiesce(ctx, rep.Goroutines[0], rep.OpenSockets[0])
+	rep.Memory = samples
+	rep.Requests = sent
+	rep.SessionsRun = len(r.sessions)
+
+	r.checkResources(rep)
+	r.checkMemory(samples)
+	if err := r.checkLog(ctx, &rep); err != nil {
+		return rep, err
+	}
+	if err := r.checkRows(ctx, &rep); err != nil {
+		return rep, err
+	}
+	r.checkPenalties(&rep)
+	if err := r.checkFinalTurn(ctx, client, target); err != nil {
+		return rep, err
+	}
+	stopRelay()
+	relayStopped = true
+
+	rep.Turns, rep.Failures, rep.SlowTurns, rep.MaxTurnMs = r.turns, r.failures, r.slow, ms(r.maxTurn)
+	rep.Faults = r.faults
+	for _, n := range r.simReqs {
+		rep.SimRequests += n
+	}
+	rep.Violations = r.takeViolations()
+	return rep, nil
+}
+
+func (r *soakRun) takeViolations() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := r.violations
+	r.violations = nil
+	return v
+}
+
+func (r *soakRun) newSession(transport string) *soakSession {
+	s := &soakSession{id: store.NewID("soak", time.Now()), transport: transport}
+	r.mu.Lock()
+	r.sessions = append(r.sessions, s)
+	r.mu.Unlock()
+	return s
+}
+
+// every calls f every period until ctx ends.
+func (r *soakRun) every(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// soakBehaviour is how a client treats one turn.
+type soakBehaviour struct {
+	slow        bool // a pause after every event it reads
+	vanishAfter int  // > 0: hang up after reading this many events
+}
+
+func (r *soakRun) behaviour(faults bool) soakBehaviour {
+	if !faults {
+		return soakBehaviour{}
+	}
+	switch x := rand.Float64(); {
+	case x < r.o.clientFaultRate/2:
+		return soakBehaviour{slow: true}
+	case x < r.o.clientFaultRate:
+		return soakBehaviour{vanishAfter: 1 + rand.IntN(16)}
+	}
+	return soakBehaviour{}
+}
+
+// soakTurn is how one turn ended.
+type soakTurn struct {
+	outcome  string
+	detail   string // the failure's code, or what broke
+	output   bool   // output text reached the client before the end
+	response string // the response id of a completed turn
+	items    []any  // its output items (HTTP)
+}
+
+// session runs one session: a WebSocket (with Codex's prewarm when
+// -prewarm) or HTTP turns, 3 to 10 of them with a user's pause between,
+// until a turn ends it or end passes (a zero end: one turn, without
+// pauses or client faults).
+func (r *soakRun) session(ctx context.Context, client *http.Client, target benchTarget, slot int, s *soakSession, end time.Time) {
+	o := r.o
+	faults := !end.IsZero()
+	b := &benchConversation{client: client, target: target, conv: slot, o: o, session: s.id}
+	turns := 1
+	if faults {
+		turns = 3 + rand.IntN(8)
+	}
+	var conn *websocket.Conn
+	if s.transport == "ws" {
+		var err error
+		if conn, err = b.dial(ctx); err != nil {
+			if ctx.Err() == nil {
+				r.violate("session %s: %v", s.id, err)
+			}
+			return
+		}
+		defer conn.CloseNow()
+	}
+	var previous string
+	var history []any
+	for turn := range turns {
+		if turn > 0 && (!sleepCtx(ctx, time.Duration(500+rand.IntN(2500))*time.Millisecond) || time.Now().After(end)) {
+			break
+		}
+		if turn == 0 && conn != nil && o.prewarm {
+			t := r.turn(ctx, s, "prewarm", soakBehaviour{}, func(tctx context.Context) soakTurn {
+				return soakWSTurn(tctx, conn, map[string]any{"type": "response.create", "model": "gpt-5.5-codex", "store": false,
+					"prompt_cache_key": s.id, "generate": false, "input": []any{}}, soakBehaviour{})
+			})
+			if t.outcome != soakCompleted {
+				return
+			}
+			previous = t.response
+		}
+		be := r.behaviour(faults)
+		var t soakTurn
+		if conn != nil {
+			msg := map[string]any{"type": "response.create", "model": "gpt-5.5-codex", "store": false,
+				"prompt_cache_key": s.id, "input": []any{b.prompt(turn)}}
+			if previous != "" {
+				msg["previous_response_id"] = previous
+			}
+			t = r.turn(ctx, s, "turn", be, func(tctx context.Context) soakTurn { return soakWSTurn(tctx, conn, msg, be) })
+		} else {
+			history = append(history, b.prompt(turn))
+			body, _ := json.Marshal(map[string]any{"model": "gpt-5.5-codex", "stream": true, "store": false,
+				"prompt_cache_key": s.id, "input": history})
+			t = r.turn(ctx, s, "turn", be, func(tctx context.Context) soakTurn { return soakHTTPTurn(tctx, b, body, be) })
+		}
+		switch t.outcome {
+		case soakCompleted:
+			previous = t.response
+			history = append(history, t.items...)
+		case soakFailed:
+			// Codex keeps the thread and sends the next turn; the failed
+			// answer is not part of it.
+		default:
+			return // vanished, or a violation already noted
+		}
+	}
+	if conn != nil {
+		_ = conn.Close(websocket.StatusNormalClosure, "")
+	}
+}
+
+// turn runs one request under the soak's turn deadline and records how it
+// ended.
+func (r *soakRun) turn(ctx context.Context, s *soakSession, what string, be soakBehaviour, do func(context.Context) soakTurn) soakTurn {
+	// The deadline is the turn's own: the soak's end lets turns finish.
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.turnTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel) // but an interrupt ends them
+	defer stop()
+	start := time.Now()
+	r.mu.Lock()
+	s.requests++
+	r.mu.Unlock()
+	t := do(tctx)
+	took := time.Since(start)
+	if t.outcome == soakHung && ctx.Err() != nil {
+		t.outcome = soakVanished // interrupted, not hung
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.turns[t.outcome]++
+	s.last = strings.TrimSuffix(t.outcome+": "+t.detail, ": ")
+	r.maxTurn = max(r.maxTurn, took)
+	if be.slow {
+		r.slow++
+	}
+	switch t.outcome {
+	case soakCompleted:
+		s.completed++
+	case soakFailed:
+		when := "before output: "
+		if t.output {
+			when = "after output: "
+		}
+		r.failures[when+t.detail]++
+	case soakHung, soakBroken:
+		if len(r.violations) < 200 {
+			r.violations = append(r.violations, fmt.Sprintf("%s %s of session %s %s after %s: %s", s.transport, what, s.id, t.outcome, took.Round(time.Millisecond), t.detail))
+		}
+	}
+	return t
+}
+
+// soakWSTurn sends msg and reads its answer to the end.
+func soakWSTurn(ctx context.Context, conn *websocket.Conn, msg map[string]any, be soakBehaviour) soakTurn {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return soakTurn{outcome: soakBroken, detail: err.Error()}
+	}
+	if err := conn.Write(ctx, websocket.MessageText, data); err != nil {
+		return soakReadError(ctx, "write: "+err.Error())
+	}
+	output := false
+	for n := 0; ; n++ {
+		if be.vanishAfter > 0 && n == be.vanishAfter {
+			conn.CloseNow()
+			return soakTurn{outcome: soakVanished}
+		}
+		_, frame, err := conn.Read(ctx)
+		if err != nil {
+			return soakReadError(ctx, err.Error())
+		}
+		t, done := soakEvent(frame)
+		if done {
+			t.output = t.output || output
+			return t
+		}
+		output = output || t.output
+		if be.slow {
+			sleepCtx(ctx, 40*time.Millisecond)
+		}
+	}
+}
+
+// soakHTTPTurn posts body and reads the answer to the end.
+func soakHTTPTurn(ctx context.Context, b *benchConversation, body []byte, be soakBehaviour) soakTurn {
+	rctx, hangUp := context.WithCancel(ctx)
+	defer hangUp()
+	var conn httptrace.GotConnInfo
+	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conn = i }})
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, b.target.base+"/responses", bytes.NewReader(body))
+	if err != nil {
+		return soakTurn{outcome: soakBroken, detail: err.Error()}
+	}
+	req.Header = b.headers()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := b.client.Do(req)
+	if err != nil {
+		if conn.Reused {
+			return soakReadError(ctx, fmt.Sprintf("%v (on a kept-alive connection idle for %s)", err, conn.IdleTime.Round(time.Millisecond)))
+		}
+		return soakReadError(ctx, err.Error())
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<10))
+		var e struct {
+			Error *wire.Error `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) != nil || e.Error == nil {
+			return soakTurn{outcome: soakBroken, detail: fmt.Sprintf("HTTP %d without a JSON error: %s", resp.StatusCode, clipText(string(raw), 200))}
+		}
+		return soakTurn{outcome: soakFailed, detail: fmt.Sprintf("http_%d:%s", resp.StatusCode, cmp.Or(e.Error.Code, e.Error.Type))}
+	}
+	events := wire.NewSSEReader(resp.Body, 0, 0)
+	output := false
+	for n := 0; ; n++ {
+		if be.vanishAfter > 0 && n == be.vanishAfter {
+			hangUp()
+			return soakTurn{outcome: soakVanished}
+		}
+		ev, err := events.Next()
+		if err != nil {
+			return soakReadError(ctx, "stream ended before a terminal event: "+err.Error())
+		}
+		t, done := soakEvent(ev.Data)
+		output = output || t.output
+		if done {
+			t.output = output
+			if t.outcome == soakCompleted {
+				var done struct {
+					Response struct {
+						Output []any `json:"output"`
+					} `json:"response"`
+				}
+				if json.Unmarshal(ev.Data, &done) == nil {
+					t.items = done.Response.Output
+				}
+				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			}
+			return t
+		}
+		if be.slow {
+			sleepCtx(ctx, 40*time.Millisecond)
+		}
+	}
+}
+
+// soakReadError is a turn whose connection failed: hung when its deadline
+// passed, broken otherwise.
+func soakReadError(ctx context.Context, detail string) soakTurn {
+	if ctx.Err() != nil {
+		return soakTurn{outcome: soakHung, detail: detail}
+	}
+	return soakTurn{outcome: soakBroken, detail: detail}
+}
+
+// soakEvent reads one event: a terminal one ends the turn.
+func soakEvent(data []byte) (soakTurn, bool) {
+	typ, ok := wire.EventType(data)
+	if !ok {
+		return soakTurn{outcome: soakBroken, detail: "an event that is not JSON: " + clipText(string(data), 200)}, true
+	}
+	var ev struct {
+		Status   int         `json:"status"`
+		Error    *wire.Error `json:"error"`
+		Response struct {
+			ID    string      `json:"id"`
+			Error *wire.Error `json:"error"`
+		} `json:"response"`
+	}
+	switch typ {
+	case "response.output_text.delta":
+		return soakTurn{output: true}, false
+	case "response.completed":
+		if json.Unmarshal(data, &ev) != nil || ev.Response.ID == "" {
+			return soakTurn{outcome: soakBroken, detail: "response.completed without a response id"}, true
+		}
+		return soakTurn{outcome: soakCompleted, response: ev.Response.ID}, true
+	case "response.failed", "response.incomplete", "error":
+		_ = json.Unmarshal(data, &ev)
+		e := cmp.Or(ev.Error, ev.Response.Error, &wire.Error{})
+		return soakTurn{outcome: soakFailed, detail: typ + ":" + cmp.Or(e.Code, e.Type, "no_code")}, true
+	}
+	return soakTurn{}, false
+}
+
+// drainSim takes the sim's finished records into the soak's sums.
+func (r *soakRun) drainSim() {
+	recs := r.env.upstream.TakeFinished()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range recs {
+		if rec.Fault != "" {
+			r.faults[string(rec.Fault)]++
+			r.fired = append(r.fired, sim.Record{Time: rec.Time, Account: rec.Account, Fault: rec.Fault})
+		}
+		if rec.Route != sim.RouteResponses || rec.Kind == sim.RecordHandshake || rec.PromptCacheKey == "" {
+			continue
+		}
+		r.simReqs[rec.PromptCacheKey]++
+		if u := rec.Usage; u != nil {
+			sum := r.upstream[rec.PromptCacheKey]
+			if sum == nil {
+				sum = &soakUsage{}
+				r.upstream[rec.PromptCacheKey] = sum
+			}
+			sum.add(soakUsage{Input: u.InputTokens, Cached: u.CachedTokens, Output: u.OutputTokens, Reasoning: u.ReasoningTokens, Total: u.TotalTokens})
+		}
+	}
+}
+
+// watchAccounts notes every status an account is put in.
+func (r *soakRun) watchAccounts(ctx context.Context) {
+	seen := map[string]time.Time{}
+	r.every(ctx, 200*time.Millisecond, func() {
+		accts, err := r.env.store.Accounts(ctx)
+		if err != nil {
+			return
+		}
+		for _, a := range accts {
+			if a.Status == store.StatusActive || !a.StatusChangedAt.After(r.start) || seen[a.ID].Equal(a.StatusChangedAt) {
+				continue
+			}
+			seen[a.ID] = a.StatusChangedAt
+			r.mu.Lock()
+			r.penalties = append(r.penalties, soakPenalty{Account: a.ID, Status: string(a.Status), Reason: a.StatusReason, At: a.StatusChangedAt})
+			r.mu.Unlock()
+		}
+	})
+}
+
+// quiesce waits until the goroutines and open files are back at most at
+// the given levels (0: for them to settle) and returns them.
+func (r *soakRun) quiesce(ctx context.Context, goroutines, files int) (int, int) {
+	deadline := time.Now().Add(soakLaneIdle + 20*time.Second)
+	if goroutines == 0 && !sleepCtx(ctx, soakLaneIdle+time.Second) {
+		// The lanes of the warm-up close when idle: let them.
+		return 0, 0
+	}
+	last, lastFiles, steady := -1, -1, 0
+	for {
+		r.closeIdle()
+		g, f := runtime.NumGoroutine(), openSockets()
+		if goroutines > 0 && g <= goroutines && f <= files {
+			return g, f
+		}
+		if goroutines == 0 {
+			if g == last && f == lastFiles {
+				steady++
+			} else {
+				steady = 0
+			}
+			if steady >= 5 {
+				return g, f
+			}
+		}
+		last, lastFiles = g, f
+		if time.Now().After(deadline) || !sleepCtx(ctx, 200*time.Millisecond) {
+			return g, f
+		}
+	}
+}
+
+// waitLogged waits (at most 30 s) for the request log to hold a row for
+// every request sent, and returns how many it holds.
+func (r *soakRun) waitLogged(ctx context.Context, want int) int {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, n, err := r.env.store.Requests(ctx, store.RequestFilter{ClientKeyID: r.env.keyID, Limit: 1})
+		if err == nil && n >= want || time.Now().After(deadline) || !sleepCtx(ctx, 250*time.Millisecond) {
+			return n
+		}
+	}
+}
+
+func (r *soakRun) checkResources(rep soakReport) {
+	if rep.Goroutines[1] > rep.Goroutines[0] {
+		r.violate("goroutines: %d before the sessions, %d after them; more than before: %s", rep.Goroutines[0], rep.Goroutines[1],
+			goroutineGrowth(r.goroutinesBefore, goroutineSites()))
+	}
+	if rep.OpenSockets[1] > rep.OpenSockets[0] {
+		r.violate("open sockets: %d before the sessions, %d after them", rep.OpenSockets[0], rep.OpenSockets[1])
+	}
+}
+
+// checkMemory says the live heap is flat when its peak over the last
+// fifth of the run is within 25% (and 16 MiB) of its peak over the second
+// fifth, once every session has started.
+func (r *soakRun) checkMemory(samples []soakMemSample) {
+	if len(samples) < 10 {
+		return
+	}
+	fifth := len(samples) / 5
+	peak := func(s []soakMemSample) int64 {
+		var m int64
+		for _, x := range s {
+			m = max(m, x.LiveHeap)
+		}
+		return m
+	}
+	early, late := peak(samples[fifth:2*fifth]), peak(samples[len(samples)-fifth:])
+	if late > early+early/4+16<<20 {
+		r.violate("memory: the live heap grew from a peak of %.1f MiB in the second fifth of the run to %.1f MiB in the last", float64(early)/mib, float64(late)/mib)
+	}
+}
+
+// checkLog compares every session's log rows with what its client sent
+// and what the sim answered.
+func (r *soakRun) checkLog(ctx context.Context, rep *soakReport) error {
+	st := r.env.store
+	rep.Recoveries = map[string]int{}
+	accounts := map[string]bool{}
+	for _, a := range r.env.accounts {
+		accounts[a.ID] = true
+	}
+	storeIDs, err := r.env.accountIDs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range r.sessions {
+		rows, _, err := st.Requests(ctx, store.RequestFilter{ThreadID: s.id, Limit: 1000})
+		if err != nil {
+			return fmt.Errorf("soak: the request log of %s: %w", s.id, err)
+		}
+		if len(rows) != s.requests {
+			r.violate("session %s (%s): the client sent %d requests, the log holds %d rows", s.id, s.transport, s.requests, len(rows))
+		}
+		var logged soakUsage
+		lastOK := ""
+		slices.SortFunc(rows, func(a, b store.RequestRecord) int { return a.StartedAt.Compare(b.StartedAt) })
+		for _, row := range rows {
+			logged.add(soakUsage{Input: row.InputTokens, Cached: row.CachedTokens, Output: row.OutputTokens, Reasoning: row.ReasoningTokens, Total: row.TotalTokens})
+			if row.Recovery != "" {
+				rep.Recoveries[row.Recovery]++
+			}
+			if row.Duration > r.o.turnTimeout {
+				r.violate("session %s: request %s took %s, past the turn deadline", s.id, row.ID, row.Duration)
+			}
+			if row.OutputTokens > 0 {
+				// The upstream completed it (usage comes with
+				// response.completed only), also when its client had hung
+				// up by then: its account is where the thread is bound.
+				lastOK = storeIDs[row.AccountID]
+			}
+		}
+		r.mu.Lock()
+		upstream := *cmp.Or(r.upstream[s.id], &soakUsage{})
+		r.mu.Unlock()
+		rep.LoggedUsage.add(logged)
+		rep.UpstreamUsage.add(upstream)
+		if logged != upstream {
+			r.violate("session %s (%s): the log settled %+v, the upstream reported %+v", s.id, s.transport, logged, upstream)
+		}
+		if s.completed == 0 {
+			continue
+		}
+		// The thread's binding: there, on an account that exists, the one
+		// that answered its last completed turn.
+		rep.BindingsChecked++
+		bs, _, err := st.Bindings(ctx, store.BindingFilter{ThreadID: s.id, IncludeExpired: true})
+		if err != nil {
+			return fmt.Errorf("soak: the bindings of %s: %w", s.id, err)
+		}
+		bs = slices.DeleteFunc(bs, func(b store.Binding) bool { return b.AbandonedScope != "" })
+		switch {
+		case len(bs) == 0:
+			r.violate("session %s (%s): %d completed turns and no binding", s.id, s.transport, s.completed)
+		case !accounts[storeIDs[bs[0].AccountID]]:
+			r.violate("session %s: bound to account %q, which is not in the pool", s.id, bs[0].AccountID)
+		case lastOK != "" && storeIDs[bs[0].AccountID] != lastOK:
+			r.violate("session %s (%s): bound to %s, but the last answer the upstream completed for it came from %s", s.id, s.transport, storeIDs[bs[0].AccountID], lastOK)
+		}
+	}
+	return nil
+}
+
+// checkRows checks the accounts, their credentials and the client key,
+// and counts the relay's attempts by class.
+func (r *soakRun) checkRows(ctx context.Context, rep *soakReport) error {
+	st := r.env.store
+	accts, err := st.Accounts(ctx)
+	if err != nil {
+		return err
+	}
+	byLabel := map[string]store.Account{}
+	for _, a := range accts {
+		byLabel[a.Label] = a
+	}
+	for _, want := range r.env.accounts {
+		a, ok := byLabel[want.ID]
+		if !ok {
+			r.violate("account %s: lost", want.ID)
+			continue
+		}
+		if a.ChatGPTAccountID != want.ID || a.Organization != want.Organization || a.Kind != store.KindChatGPT || a.BaseURL != r.env.upstream.CodexBaseURL() {
+			r.violate("account %s: changed: %+v", want.ID, a)
+		}
+		cred, err := st.Credentials(ctx, a.ID)
+		if err != nil {
+			r.violate("account %s: credentials unreadable: %v", want.ID, err)
+			continue
+		}
+		up, _ := r.env.upstream.Account(want.ID)
+		rep.Refreshes += up.Refreshes
+		if cred.RefreshToken != up.RefreshToken {
+			r.violate("account %s: the store holds a refresh token the upstream no longer knows (after %d rotations)", want.ID, up.Refreshes)
+		}
+		if up.RefreshesRejected > 0 {
+			r.violate("account %s: a spent refresh token was replayed %d times", want.ID, up.RefreshesRejected)
+		}
+	}
+	if _, err := st.AuthenticateClientKey(ctx, r.env.key); err != nil {
+		r.violate("the client key no longer authenticates: %v", err)
+	}
+	rep.Attempts = map[string]int{}
+	for _, class := range []string{"ok", "usage_limit", "rate_limit", "quota", "auth", "billing", "forbidden", "server", "transport",
+		"stream_cut", "stall", "invalid", "previous_response_not_found", "ciphertext", "failed", "cancelled", "client_stalled",
+		"connection_limit", "chain_refused", "lane_capacity", "conflict", "no_account", "store_unavailable", "key_limit"} {
+		_, n, err := st.Attempts(ctx, store.AttemptFilter{Class: class, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			rep.Attempts[class] = n
+		}
+	}
+	return nil
+}
+
+// checkPenalties finds each penalty's cause among the faults the sim gave
+// that account.
+func (r *soakRun) checkPenalties(rep *soakReport) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	storeIDs, _ := r.env.accountIDs(context.Background())
+	for _, p := range r.penalties {
+		label := storeIDs[p.Account]
+		for _, f := range r.fired {
+			if f.Account == label && slices.Contains(penaltyCauses[store.Status(p.Status)], f.Fault) && !f.Time.After(p.At.Add(time.Second)) {
+				p.Cause = string(f.Fault)
+				break
+			}
+		}
+		p.Account = label
+		if p.Cause == "" && len(r.violations) < 200 {
+			r.violations = append(r.violations, fmt.Sprintf("account %s was put in %s (%s) at %s without a fault of its own that explains it",
+				label, p.Status, p.Reason, p.At.Format(time.TimeOnly)))
+		}
+		rep.Penalties = append(rep.Penalties, p)
+	}
+}
+
+// checkFinalTurn runs one more turn on each transport with the soak's
+// client key once everything settled: the relay still serves.
+func (r *soakRun) checkFinalTurn(ctx context.Context, client *http.Client, target benchTarget) error {
+	for i, transport := range []string{"ws", "http"} {
+		s := r.newSession(transport)
+		r.session(ctx, client, target, i, s, time.Time{})
+		if s.last != soakCompleted {
+			r.violate("after the soak, a %s turn did not complete: %s", transport, s.last)
+		}
+	}
+	return ctx.Err()
+}
+
+// accountIDs maps the store's account ids to the sim's (the labels).
+func (e *benchEnv) accountIDs(ctx context.Context) (map[string]string, error) {
+	accts, err := e.store.Accounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(accts))
+	for _, a := range accts {
+		out[a.ID] = a.Label
+	}
+	return out, nil
+}
+
+// goroutineSites counts the goroutines by the first function of theirs
+// outside the runtime and the standard library's waits.
+func goroutineSites() map[string]int {
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		return nil
+	}
+	out := map[string]int{}
+	text := b.String()
+	if _, rest, ok := strings.Cut(text, "\n"); ok && strings.HasPrefix(text, "goroutine profile:") {
+		text = rest
+	}
+	for block := range strings.SplitSeq(text, "\n\n") {
+		var n int
+		if _, err := fmt.Sscanf(block, "%d @", &n); err != nil {
+			continue
+		}
+		site := "?"
+		for line := range strings.SplitSeq(block, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 || f[0] != "#" {
+				continue
+			}
+			fn, _, _ := strings.Cut(f[2], "+0x")
+			if !strings.HasPrefix(fn, "runtime") && !strings.HasPrefix(fn, "sync.") && !strings.HasPrefix(fn, "internal/") && !strings.HasPrefix(fn, "time.") {
+				site = fn
+				break
+			}
+		}
+		out[site] += n
+	}
+	return out
+}
+
+// goroutineGrowth lists the sites with more goroutines now than before.
+func goroutineGrowth(before, now map[string]int) string {
+	var parts []string
+	for _, site := range slices.Sorted(maps.Keys(now)) {
+		if d := now[site] - before[site]; d > 0 {
+			parts = append(parts, fmt.Sprintf("+%d %s", d, site))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// liveHeap is the heap the last collection found live.
+func liveHeap() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
+}
+
+// openSockets counts the process's open sockets (0 where /proc/self/fd
+// cannot be read): the connections. Files are left out: the database's
+// connection pool opens more of them under load and keeps them.
+func openSockets() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if link, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(link, "socket:") {
+			n++
+		}
+	}
+	return n
+}
+
+// printSoak prints the soak's report.
+func printSoak(w io.Writer, rep soakReport) {
+	fmt.Fprintf(w, "soak: %d sessions at once (%d run) over WebSocket and HTTP for %.0f s, %d accounts in two organisations, %s\n",
+		rep.Sessions, rep.SessionsRun, rep.Seconds, rep.Accounts, rep.Database)
+	fmt.Fprintf(w, "faults: %.1f%% of upstream requests, %.1f%% of client turns slow or hung up; %d CPUs, %s\n\n",
+		rep.FaultRate*100, rep.ClientFaultRate*100, rep.CPUs, rep.GoVersion)
+	counts := func(title string, m map[string]int) {
+		keys := slices.Sorted(maps.Keys(m))
+		parts := make([]string, 0, len(keys))
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+		fmt.Fprintf(w, "%-22s %s\n", title, cmp.Or(strings.Join(parts, ", "), "none"))
+	}
+	counts("turns", rep.Turns)
+	counts("failures seen", rep.Failures)
+	fmt.Fprintf(w, "%-22s %d of the turns; longest turn %.0f ms (deadline %.0f ms)\n", "slow readers", rep.SlowTurns, rep.MaxTurnMs, rep.DeadlineMs)
+	counts("faults fired", rep.Faults)
+	counts("relay attempts", rep.Attempts)
+	counts("recoveries", rep.Recoveries)
+	fmt.Fprintf(w, "%-22s %d sent, %d logged, %d answered by the sim (attempts included)\n", "requests", rep.Requests, rep.LoggedRows, rep.SimRequests)
+	fmt.Fprintf(w, "%-22s logged %+v\n%-22s upstream %+v\n", "usage", rep.LoggedUsage, "", rep.UpstreamUsage)
+	causes := map[string]int{}
+	for _, p := range rep.Penalties {
+		causes[p.Status+" <- "+cmp.Or(p.Cause, "NOTHING")]++
+	}
+	counts("penalties", causes)
+	fmt.Fprintf(w, "%-22s %d threads checked; %d refresh-token rotations\n", "bindings", rep.BindingsChecked, rep.Refreshes)
+	fmt.Fprintf(w, "%-22s %d -> %d goroutines, %d -> %d open sockets\n", "resources", rep.Goroutines[0], rep.Goroutines[1], rep.OpenSockets[0], rep.OpenSockets[1])
+	if n := len(rep.Memory); n > 0 {
+		fmt.Fprintf(w, "%-22s", "live heap / RSS")
+		for i := range 5 {
+			s := rep.Memory[min(n-1, (i+1)*n/5)]
+			fmt.Fprintf(w, "  %.0fs %.1f/%.1f MiB", s.Second, float64(s.LiveHeap)/mib, float64(s.RSS)/mib)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+	if len(rep.Violations) == 0 {
+		fmt.Fprintln(w, "checks: every one passed")
+		return
+	}
+	fmt.Fprintf(w, "checks: %d violations\n", len(rep.Violations))
+	for _, v := range rep.Violations {
+		fmt.Fprintln(w, "  - "+v)
+	}
+}
+
+// errSoakViolations makes the command fail when a check did.
+var errSoakViolations = errors.New("bench: the soak found violations")

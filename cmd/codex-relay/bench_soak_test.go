@@ -1,0 +1,46 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A short soak: sessions over both transports with every kind of fault
+// mixed in, on both sides, and every one of the soak's checks passing:
+// each turn ended properly, each request logged with the upstream's
+// usage, resources back, rows intact, penalties explained. (Not parallel:
+// it counts the process's goroutines and sockets.)
+func TestBenchSoak(t *testing.T) {
+	out, errOut, err := runCLI(t, cliEnv{}, "bench", "-soak", "12s", "-conversations", "40", "-accounts", "6",
+		"-fault-rate", "0.4", "-client-fault-rate", "0.15", "-prewarm", "-json")
+	var rep soakReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), "%s\n%s", out, errOut)
+	require.NoError(t, err, "violations: %q", rep.Violations)
+	assert.Empty(t, rep.Violations)
+
+	assert.Positive(t, rep.Turns[soakCompleted])
+	assert.Positive(t, rep.Turns[soakFailed], "faults after output end turns with a terminal event")
+	assert.Positive(t, rep.Turns[soakVanished], "clients hung up")
+	assert.Positive(t, rep.SlowTurns)
+	assert.Zero(t, rep.Turns[soakHung]+rep.Turns[soakBroken])
+	for _, kind := range []string{"usage_limit", "server_error", "overloaded", "unauthorized", "cut_stream", "stall", "websocket_max_age"} {
+		assert.Positive(t, rep.Faults[kind], "the sim fired %s", kind)
+	}
+	assert.Positive(t, rep.Attempts["ciphertext"], "threads moved across organisations met ciphertext their new account could not read")
+	assert.Positive(t, rep.Recoveries["failover"])
+	assert.Positive(t, rep.Refreshes, "401s were answered by refreshing, rotating the refresh token")
+	require.NotEmpty(t, rep.Penalties)
+	for _, p := range rep.Penalties {
+		assert.NotEmpty(t, p.Cause, "%+v", p)
+	}
+	assert.Equal(t, rep.Requests, rep.LoggedRows)
+	assert.Equal(t, rep.UpstreamUsage, rep.LoggedUsage)
+	assert.Positive(t, rep.LoggedUsage.Output)
+	assert.Positive(t, rep.BindingsChecked)
+	assert.LessOrEqual(t, rep.Goroutines[1], rep.Goroutines[0])
+	assert.LessOrEqual(t, rep.OpenSockets[1], rep.OpenSockets[0])
+	assert.NotEmpty(t, rep.Memory)
+}
