@@ -120,6 +120,14 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice,
 		}
 		res.detail = joinDetail(res.detail, "send: "+err.Error())
 		res.facts = attemptEnd{Now: now, Transport: err, Cancelled: ctx.Err() != nil}
+		if lerr := l.Err(); lerr != nil && ctx.Err() == nil {
+			// The lane's reader saw the connection end before the request
+			// went: the upstream retired it (under load a lane can wait
+			// past the upstream's age limit between its opening and its
+			// first request), not an upstream that does not answer.
+			res.detail = joinDetail(res.detail, "the upstream had ended the lane: "+lerr.Error())
+			res.facts = attemptEnd{Now: now, LaneGone: true}
+		}
 		res.fail = failUnreachable()
 		res.status, res.code = res.fail.status, res.fail.code()
 		return res, true

@@ -104,6 +104,10 @@ type attemptEnd struct {
 	ChainRefused bool
 	// LaneCapacity: the account's lane cap stayed full for the whole wait.
 	LaneCapacity bool
+	// LaneGone: the upstream had ended the lane's connection before the
+	// request went (its age limit, or a close while the lane was idle):
+	// nothing was sent, and the account answers fresh connections.
+	LaneGone bool
 	// Refreshed: the account's token was refreshed after this 401, so the
 	// same account may take the request again.
 	Refreshed bool
@@ -143,6 +147,11 @@ func classifyFailure(e attemptEnd) outcome {
 	switch {
 	case e.LaneCapacity:
 		return outcome{Class: classLaneCapacity, Action: actionNext}
+	case e.LaneGone:
+		// The upstream retired the connection before the request reached
+		// it: a fresh lane on the same account takes it, with no penalty
+		// and no unreachable mark.
+		return outcome{Class: classConnectionLimit, Action: actionSame, Recovery: "fresh_lane"}
 	case e.Stalled:
 		return outcome{Class: classStall, Action: actionNext}
 	case e.StreamCut:

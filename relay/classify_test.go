@@ -66,6 +66,8 @@ func TestClassify(t *testing.T) {
 		{"a chain the relay made, refused: the full request, same account", attemptEnd{Status: 400, ChainRefused: true, Err: &wire.Error{Code: wire.CodePreviousResponseNotFound}},
 			classChainRefused, actionSame, nil},
 		{"lane capacity: another account", attemptEnd{LaneCapacity: true}, classLaneCapacity, actionNext, nil},
+		{"a lane the upstream ended before the request went: a fresh one, same account", attemptEnd{LaneGone: true},
+			classConnectionLimit, actionSame, nil},
 		{"401 after a token refresh: the same account", attemptEnd{Status: 401, Refreshed: true, Err: &wire.Error{Code: wire.CodeTokenExpired}}, classAuth, actionSame, nil},
 	}
 	for _, tc := range cases {

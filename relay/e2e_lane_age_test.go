@@ -243,3 +243,49 @@ func otherAccount(simID string) string {
 	}
 	return "a1"
 }
+
+// The upstream may end a lane before its first request goes (its age
+// limit passing while the relay, under load, still works on the lane's
+// opening): the send then fails on a connection the lane's reader already
+// saw end. The request takes a fresh lane on the same account, as when the
+// limit arrives as the request's answer; the account is not left, nor
+// marked unreachable.
+func TestLaneEndedBeforeTheRequestWentTakesAFreshLane(t *testing.T) {
+	t.Parallel()
+	for _, transport := range []string{"http", "ws"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"))
+			thread := map[string]string{"http": "019a3333-0000-7000-8000-0000000000c1", "ws": "019a3333-0000-7000-8000-0000000000c2"}[transport]
+			conv := newLaneConversation(t, h, transport, thread)
+			conv.turn("one")
+			owner := h.responseRecords(thread)[0].Account
+			for round := range 3 {
+				// The next lane the upstream accepts is ended at once.
+				_, err := h.sim.AddFault(sim.Fault{Kind: sim.FaultWebSocketMaxAge, MaxAge: sim.Duration(time.Millisecond), Times: 1})
+				require.NoError(t, err)
+				h.relay.Bridge().CloseAccount(h.ids[owner])
+				conv.turn(fmt.Sprintf("again %d", round))
+			}
+			for _, rec := range h.sim.Records(sim.RecordFilter{Kind: sim.RecordMessage}) {
+				assert.Equal(t, owner, rec.Account, "nothing moved to the other account")
+			}
+			var atts []store.Attempt
+			require.Eventually(t, func() bool {
+				var err error
+				atts, _, err = h.store.Attempts(context.Background(), store.AttemptFilter{ThreadID: thread})
+				return err == nil && len(atts) >= 4
+			}, 10*time.Second, 10*time.Millisecond, "every turn was logged")
+			for _, a := range atts {
+				assert.Contains(t, []string{"ok", "connection_limit"}, a.Class, "detail: %s", a.Detail)
+				if a.Class == "connection_limit" {
+					assert.Equal(t, "same_account", a.Action)
+				}
+				assert.Equal(t, h.ids[owner], a.AccountID)
+			}
+			acct, err := h.store.Account(context.Background(), h.ids[owner])
+			require.NoError(t, err)
+			assert.Equal(t, store.StatusActive, acct.Status)
+		})
+	}
+}
