@@ -765,6 +765,9 @@ func (r *soakRun) quiesce(ctx context.Context, goroutines, files int) (int, int)
 	for {
 		r.closeIdle()
 		g, f := runtime.NumGoroutine(), openSockets()
+		if r.env.store.Dialect() == store.Postgres {
+			f -= r.env.store.OpenConnections() // the database pool's, kept for reuse
+		}
 		if goroutines > 0 && g <= goroutines && f <= files {
 			return g, f
 		}
@@ -1060,7 +1063,8 @@ func liveHeap() int64 {
 
 // openSockets counts the process's open sockets (0 where /proc/self/fd
 // cannot be read): the connections. Files are left out: the database's
-// connection pool opens more of them under load and keeps them.
+// connection pool opens more of them under load and keeps them (on
+// PostgreSQL, quiesce takes the pool's sockets off too).
 func openSockets() int {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {

@@ -316,6 +316,10 @@ func (s *Store) Close() error {
 // Dialect reports which database this is.
 func (s *Store) Dialect() Dialect { return s.loc.Dialect }
 
+// OpenConnections is how many connections the store's pool holds now
+// (on PostgreSQL, each a socket).
+func (s *Store) OpenConnections() int { return s.db.Stats().OpenConnections }
+
 // Location reports where the database is.
 func (s *Store) Location() Location { return s.loc }
 
