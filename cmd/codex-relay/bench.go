@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -205,17 +206,13 @@ func runBench(ctx context.Context, c cli, args []string) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			enc := json.NewEncoder(c.stdout)
-			enc.SetIndent("", "  ")
-			err = enc.Encode(rep)
-		} else {
-			printSoak(c.stdout, rep)
+		if err := writeReport(c, *asJSON, rep, printSoak); err != nil {
+			return err
 		}
-		if err == nil && len(rep.Violations) > 0 {
-			err = errSoakViolations
+		if len(rep.Violations) > 0 {
+			return errSoakViolations
 		}
-		return err
+		return nil
 	}
 	rep, err := bench(ctx, c, o, log)
 	if perr := stopProfiles(); err == nil {
@@ -224,12 +221,17 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	return writeReport(c, *asJSON, rep, printBench)
+}
+
+// writeReport prints a report as indented JSON, or as text.
+func writeReport[R any](c cli, asJSON bool, rep R, text func(io.Writer, R)) error {
+	if asJSON {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	printBench(c.stdout, rep)
+	text(c.stdout, rep)
 	return nil
 }
 

@@ -138,14 +138,8 @@ func runHostile(ctx context.Context, c cli, fs *flag.FlagSet, o benchOptions, lo
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
-		printHostile(c.stdout, rep)
+	if err := writeReport(c, asJSON, rep, printHostile); err != nil {
+		return err
 	}
 	if failed := rep.failed(); len(failed) > 0 {
 		return fmt.Errorf("bench: hostile: %d checks failed: %s", len(failed), strings.Join(failed, "; "))
