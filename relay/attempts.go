@@ -206,7 +206,7 @@ const requestLogCloseGrace = 15 * time.Second
 // transaction, at most 100,000 waiting (about 100 MB at worst: a row with
 // its attempts is under 1 KB).
 func (s *Server) newRequestLog() *writeBehind[store.LoggedRequest] {
-	return &writeBehind[store.LoggedRequest]{batch: 256, max: 100_000, closeNow: make(chan struct{}),
+	return &writeBehind[store.LoggedRequest]{batch: 256, max: 100_000, inline: true, closeNow: make(chan struct{}),
 		write: s.writeRequestLog,
 		dropped: func(n int) {
 			s.metrics.logDropped.Add(float64(n))

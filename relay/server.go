@@ -204,7 +204,7 @@ func (s *Server) Close() {
 	s.drain()
 	s.close()
 	s.sessions.Wait()
-	s.keyUse.close(0)
+	s.keyUse.close(5 * time.Second)
 	s.requestLog.close(requestLogCloseGrace)
 	s.hop.CloseIdleConnections()
 	s.pool.Close()

@@ -8,18 +8,19 @@ import (
 )
 
 // writeBehind gathers items and writes them in batches: a group commit.
-// The first item that finds no write under way is written by its caller,
-// at once (a lone request's log row is there by the time its client has
-// the answer, as when each request wrote its own); items that arrive
-// while a write runs are queued, their callers go on, and a writer
-// goroutine writes them, up to batch items in one go, until none are
-// left. Under load a request never waits for the database, and many share
-// one write. Items the write hands back (the database did not take them)
+// With inline, the first item that finds no write under way is written by
+// its caller, at once (a lone request's log row is there by the time its
+// client has the answer, as when each request wrote its own); without,
+// by a writer goroutine started for it. Items that arrive while a write
+// runs are queued, their callers go on, and the writer writes them, up to
+// batch items in one go, until none are left. Under load a request waits
+// for one write at most (inline) or none, and many share one write. Items the write hands back (the database did not take them)
 // are tried again after a pause that doubles up to 5 s. At most max items
 // wait; past that new ones are dropped and counted. Safe for concurrent
 // use.
 type writeBehind[T any] struct {
 	batch, max int
+	inline     bool
 	// write writes a batch and returns the items to try again.
 	write func(batch []T) (retry []T)
 	// dropped is told of items given up (the queue was full, or the
@@ -66,6 +67,10 @@ func (w *writeBehind[T]) add(item T) {
 	}
 	w.done.Add(1)
 	w.mu.Unlock()
+	if !w.inline {
+		go w.run()
+		return
+	}
 	if _, more := w.step(); more {
 		go w.run()
 		return
@@ -162,8 +167,9 @@ func (w *writeBehind[T]) close(grace time.Duration) {
 }
 
 // keyUse counts the requests made with each client key (HTTP requests and
-// WebSocket turns alike), written in batches behind the requests: a
-// batch's counts are summed into one write.
+// WebSocket turns alike), written in batches behind the requests (never
+// by the request itself: it is counted before its answer): a batch's
+// counts are summed into one write.
 type keyUse = writeBehind[string]
 
 // newKeyUse returns the counter that writes key use through s's store.

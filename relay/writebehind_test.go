@@ -50,7 +50,7 @@ func (f *fakeWrites) written() (items []int, batches int) {
 }
 
 func newFakeWriter(f *fakeWrites, batch, max int) *writeBehind[int] {
-	return &writeBehind[int]{batch: batch, max: max, write: f.write, closeNow: make(chan struct{}),
+	return &writeBehind[int]{batch: batch, max: max, inline: true, write: f.write, closeNow: make(chan struct{}),
 		dropped: func(n int) { f.mu.Lock(); f.dropped += n; f.mu.Unlock() }}
 }
 
@@ -167,4 +167,27 @@ func TestRequestLogRefusedRow(t *testing.T) {
 	st.Close()
 	retry = s.writeRequestLog([]store.LoggedRequest{row("req_c", "t-later"), row("req_d", "t-later")})
 	assert.Len(t, retry, 2, "a database that takes nothing: every row kept")
+}
+
+// Without inline, even a lone item is written by the writer goroutine:
+// add never waits for the database (the key-use counter, on the way in).
+func TestWriteBehindNotInline(t *testing.T) {
+	f := &fakeWrites{}
+	w := newFakeWriter(f, 10, 0)
+	w.inline = false
+	f.gate.Lock()
+	added := make(chan struct{})
+	go func() { defer close(added); w.add(1) }()
+	select {
+	case <-added:
+	case <-time.After(5 * time.Second):
+		t.Fatal("add waited for the write")
+	}
+	f.gate.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, w.flush(ctx))
+	items, _ := f.written()
+	assert.Equal(t, []int{1}, items)
+	w.close(time.Second)
 }
