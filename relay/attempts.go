@@ -250,10 +250,6 @@ func (s *Server) writeRequestLog(batch []store.LoggedRequest) []store.LoggedRequ
 	return retry
 }
 
-// FlushRequestLog waits until the request log rows of every request that
-// has ended are written, or ctx ends.
-func (s *Server) FlushRequestLog(ctx context.Context) error { return s.requestLog.flush(ctx) }
-
 // answered notes a request that ended with a failure sent to the client.
 func (l *requestLog) answered(f *failure, class attemptClass) {
 	l.rec.Status, l.rec.ErrorCode = f.status, cmp.Or(f.code(), string(class))
