@@ -1542,6 +1542,9 @@ func (e *hostileEnv) httpProbe(ctx context.Context, extra http.Header, body []by
 	}()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
+		if floodRefused(err, status) {
+			return "the connection closed on the header flood (its 431 lost to the reset): " + err.Error(), true
+		}
 		return "no answer: " + err.Error(), false
 	}
 	defer resp.Body.Close()
@@ -1647,10 +1650,22 @@ func (e *hostileEnv) wsHandshakeProbe(ctx context.Context, extra http.Header, st
 	}()
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
+		if floodRefused(err, status) {
+			return "the connection closed on the header flood (its 431 lost to the reset): " + err.Error(), true
+		}
 		return "no answer: " + err.Error(), false
 	}
 	resp.Body.Close()
 	return fmt.Sprintf("HTTP %d", resp.StatusCode), resp.StatusCode == status
+}
+
+// floodRefused reports a header flood refused without its answer read:
+// the server answers 431 and closes while the flood is still coming, and
+// when the client has not read the answer by then (a loaded machine), the
+// reset discards it. Refused either way.
+func floodRefused(err error, status int) bool {
+	return status == http.StatusRequestHeaderFieldsTooLarge &&
+		(errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET))
 }
 
 // openFDs counts this process's open sockets among its file descriptors
