@@ -314,6 +314,7 @@ func soak(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (soakRep
 
 	// The watchers: the sim's finished records, the accounts' statuses,
 	// the process's memory. They end with watchCtx.
+	r.start = time.Now() // before they start: they read it
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var watchers sync.WaitGroup
 	watchers.Go(func() { r.every(watchCtx, 250*time.Millisecond, r.drainSim) })
@@ -325,7 +326,6 @@ func soak(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (soakRep
 		})
 	})
 
-	r.start = time.Now()
 	end := r.start.Add(o.soak)
 	ramp := min(10*time.Second, o.soak/5)
 	var slots sync.WaitGroup
