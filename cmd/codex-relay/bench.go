@@ -100,6 +100,7 @@ type benchOptions struct {
 	soak            time.Duration
 	faultRate       float64
 	clientFaultRate float64
+	clientHangups   bool
 	// hostile runs the hostile clients mode (bench_hostile.go) instead.
 	hostile hostileOptions
 }
@@ -131,6 +132,7 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	fs.DurationVar(&o.soak, "soak", 0, fmt.Sprintf("instead of the phases, soak the relay this long (e.g. 10m): -conversations sessions (default %d) over both transports, one after another in each slot, with faults on both sides, then check that nothing was lost (every turn ended, every request logged with the upstream's usage, resources back, rows intact, no wrong penalty); exits non-zero on a violation", soakSessions))
 	fs.Float64Var(&o.faultRate, "fault-rate", 0.05, "with -soak: the share of upstream response requests the sim meets with a fault (usage limits, 5xx, 401, cut, stalled and failed streams), and a quarter of the upstream WebSockets reach an age limit")
 	fs.Float64Var(&o.clientFaultRate, "client-fault-rate", 0.04, "with -soak: the share of client turns read slowly or hung up on mid-answer")
+	fs.BoolVar(&o.clientHangups, "client-hangups", true, "with -soak: half the client faults are hang-ups mid-answer (false: every one is a slow reader)")
 	hostileFlags(fs, &o.hostile)
 	asJSON := fs.Bool("json", false, "print the report as JSON, with every figure")
 	logLevel := fs.String("log-level", "error", "relay log level: debug, info, warn or error")

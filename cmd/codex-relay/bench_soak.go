@@ -444,7 +444,7 @@ func (r *soakRun) behaviour(faults bool) soakBehaviour {
 		return soakBehaviour{}
 	}
 	switch x := rand.Float64(); {
-	case x < r.o.clientFaultRate/2:
+	case x < r.o.clientFaultRate/2 || !r.o.clientHangups && x < r.o.clientFaultRate:
 		return soakBehaviour{slow: true}
 	case x < r.o.clientFaultRate:
 		return soakBehaviour{vanishAfter: 1 + rand.IntN(16)}
