@@ -55,8 +55,9 @@ type Config struct {
 	// mismatch switching (seed 000); a rejection then goes to the client.
 	DisableRecovery bool
 	// Bridge tunes the upstream lanes (the HTTP bridge's and client
-	// WebSockets'); DisableBridge serves HTTP clients over plain HTTP
-	// upstream requests instead.
+	// WebSockets'); its OnEvent is told of lane events after the relay's
+	// metrics. DisableBridge serves HTTP clients over plain HTTP upstream
+	// requests instead.
 	Bridge        bridge.PoolConfig
 	DisableBridge bool
 	// Replica names this process among the replicas sharing the database
@@ -188,7 +189,13 @@ func New(cfg Config) *Server {
 	if pc.Now == nil {
 		pc.Now = cfg.Now
 	}
-	pc.OnEvent = func(e string) { s.metrics.lanes.WithLabelValues(e).Inc() }
+	onEvent := pc.OnEvent
+	pc.OnEvent = func(e string) {
+		s.metrics.lanes.WithLabelValues(e).Inc()
+		if onEvent != nil {
+			onEvent(e)
+		}
+	}
 	s.pool = bridge.NewPool(pc)
 	s.keyUse, s.requestLog = s.newKeyUse(), s.newRequestLog()
 	return s
