@@ -965,19 +965,26 @@ func (r *soakRun) checkPenalties(rep *soakReport) {
 	storeIDs, _ := r.env.accountIDs(context.Background())
 	for _, p := range r.penalties {
 		label := storeIDs[p.Account]
-		for _, f := range r.fired {
-			if f.Account == label && slices.Contains(penaltyCauses[store.Status(p.Status)], f.Fault) && !f.Time.After(p.At.Add(time.Second)) {
-				p.Cause = string(f.Fault)
-				break
-			}
-		}
-		p.Account = label
+		p.Account, p.Cause = label, penaltyCause(p, label, r.fired)
 		if p.Cause == "" && len(r.violations) < 200 {
 			r.violations = append(r.violations, fmt.Sprintf("account %s was put in %s (%s) at %s without a fault of its own that explains it",
 				label, p.Status, p.Reason, p.At.Format(time.TimeOnly)))
 		}
 		rep.Penalties = append(rep.Penalties, p)
 	}
+}
+
+// penaltyCause is the kind of the first fault the sim gave account label
+// (its sim id) that puts an account in p's status, fired before p was set
+// (a second of slack for the clocks' reading), or "" when none explains
+// it. Pure.
+func penaltyCause(p soakPenalty, label string, fired []sim.Record) string {
+	for _, f := range fired {
+		if f.Account == label && slices.Contains(penaltyCauses[store.Status(p.Status)], f.Fault) && !f.Time.After(p.At.Add(time.Second)) {
+			return string(f.Fault)
+		}
+	}
+	return ""
 }
 
 // checkFinalTurn runs one more turn on each transport with the soak's

@@ -3,9 +3,12 @@ package main
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay/sim"
 )
 
 // A short soak: sessions over both transports with every kind of upstream
@@ -48,4 +51,47 @@ func TestBenchSoak(t *testing.T) {
 	assert.LessOrEqual(t, rep.Goroutines[1], rep.Goroutines[0])
 	assert.LessOrEqual(t, rep.OpenSockets[1], rep.OpenSockets[0])
 	assert.NotEmpty(t, rep.Memory)
+}
+
+// A penalty is explained only by a fault of its own account, of a kind
+// that sets its status, fired before it.
+func TestSoakPenaltyCause(t *testing.T) {
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	fired := []sim.Record{
+		{Account: "bench-1", Fault: sim.FaultServerError, Time: at.Add(-time.Second)},
+		{Account: "bench-2", Fault: sim.FaultUsageLimit, Time: at.Add(-time.Second)},
+		{Account: "bench-1", Fault: sim.FaultUsageLimit, Time: at.Add(5 * time.Second)},
+		{Account: "bench-3", Fault: sim.FaultUnauthorized, Time: at},
+	}
+	for _, tc := range []struct {
+		label, status, want string
+	}{
+		{"bench-2", "rate_limited", "usage_limit"},
+		{"bench-1", "rate_limited", ""}, // a 5xx sets no status; its usage limit came after
+		{"bench-3", "reauth_required", "unauthorized"},
+		{"bench-3", "rate_limited", ""},
+		{"bench-4", "rate_limited", ""}, // another account's fault
+	} {
+		got := penaltyCause(soakPenalty{Status: tc.status, At: at}, tc.label, fired)
+		assert.Equal(t, tc.want, got, "%s %s", tc.label, tc.status)
+	}
+}
+
+// The live heap is flat when the last fifth's peak stays within 25% (and
+// 16 MiB) of the middle fifth's; growth past that is a violation.
+func TestSoakMemoryCheck(t *testing.T) {
+	samples := func(heap func(i int) int64) []soakMemSample {
+		var s []soakMemSample
+		for i := range 50 {
+			s = append(s, soakMemSample{Second: float64(i), LiveHeap: heap(i)})
+		}
+		return s
+	}
+	flat := &soakRun{}
+	flat.checkMemory(samples(func(i int) int64 { return 100<<20 + int64(i%3)<<20 }))
+	assert.Empty(t, flat.violations)
+	growing := &soakRun{}
+	growing.checkMemory(samples(func(i int) int64 { return int64(100+4*i) << 20 }))
+	require.Len(t, growing.violations, 1)
+	assert.Contains(t, growing.violations[0], "live heap grew")
 }
