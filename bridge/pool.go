@@ -442,6 +442,12 @@ func (p *Pool) Forget(k Key) {
 	p.retire(func(e *entry) bool { return e.thread.sameThread(k) })
 }
 
+// Retire retires k's canonical lane alone (k's Conn counts: "" names the
+// thread's bridge lane): now when idle, at its release when busy.
+func (p *Pool) Retire(k Key) {
+	p.retire(func(e *entry) bool { return e.thread == k })
+}
+
 // retire closes the idle canonical lanes match picks and marks the busy
 // ones to close at their release; it reports how many closed now.
 func (p *Pool) retire(match func(*entry) bool) int {

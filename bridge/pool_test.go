@@ -373,6 +373,40 @@ func TestForgetRetiresEveryLaneOfTheThread(t *testing.T) {
 	assert.Equal(t, 0, p.Len())
 }
 
+// Retire closes the one lane its key names: a thread's bridge lane, not
+// the direct lanes of the thread's WebSocket clients; a busy one at its
+// release.
+func TestRetireClosesOnlyTheLaneItNames(t *testing.T) {
+	u := newUpstream(t)
+	p, clk, _ := newTestPool(t, PoolConfig{})
+	ctx := context.Background()
+	conn := root
+	conn.Conn = "ws_1"
+	bridgeLease, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	direct, err := p.Acquire(ctx, conn, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	direct.Release(State{ResponseID: "resp_1"}, true)
+
+	p.Retire(root)
+	assert.True(t, bridgeLease.Lane.Alive(), "busy: kept until its request ends")
+	assert.True(t, direct.Lane.Alive(), "a WebSocket client's own lane is not the bridge lane")
+	bridgeLease.Release(State{ResponseID: "resp_b"}, true)
+	assert.False(t, bridgeLease.Lane.Alive(), "closed at its release")
+	_, ok := p.Owner(root)
+	assert.False(t, ok)
+	_, ok = p.Alias("resp_b")
+	assert.False(t, ok, "its response is no alias any more")
+
+	again, err := p.Acquire(ctx, root, "acc_a", u.dialer("acc_a", clk.Now), nil)
+	require.NoError(t, err)
+	again.Release(State{}, true)
+	p.Retire(root)
+	assert.False(t, again.Lane.Alive(), "idle: closed at once")
+	assert.True(t, direct.Lane.Alive())
+	assert.Equal(t, 1, p.Len())
+}
+
 // Direct lanes and bridge lanes count against one cap per account.
 func TestOneCapForEveryKindOfLane(t *testing.T) {
 	u := newUpstream(t)

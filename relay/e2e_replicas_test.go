@@ -31,13 +31,25 @@ type replica struct {
 }
 
 func startReplica(t *testing.T, dbURL, name string) *replica {
-	return startReplicaOn(t, dbURL, name, false)
+	return startReplicaWith(t, dbURL, name, replicaOptions{})
 }
 
-// startReplicaOn is startReplica; with elsewhere, every request seems to
-// come from another host (not loopback), as on a replica of its own.
-func startReplicaOn(t *testing.T, dbURL, name string, elsewhere bool) *replica {
+// replicaOptions vary a test replica.
+type replicaOptions struct {
+	// elsewhere: every request seems to come from another host (not
+	// loopback), as on a replica of its own.
+	elsewhere bool
+	// heartbeat is how often it renews its row; default 500ms.
+	heartbeat time.Duration
+}
+
+// startReplicaWith is startReplica as o varies it.
+func startReplicaWith(t *testing.T, dbURL, name string, o replicaOptions) *replica {
 	t.Helper()
+	if o.heartbeat == 0 {
+		o.heartbeat = 500 * time.Millisecond
+	}
+	elsewhere := o.elsewhere
 	st := storetest.Open(t, dbURL, store.Options{})
 	var rl *relay.Server
 	var served atomic.Int64
@@ -49,7 +61,7 @@ func startReplicaOn(t *testing.T, dbURL, name string, elsewhere bool) *replica {
 		rl.ServeHTTP(w, r)
 	}))
 	rl = relay.New(relay.Config{Store: st, Logger: testLogger(t).With("replica", name),
-		Replica: relay.ReplicaConfig{Name: name, Heartbeat: 500 * time.Millisecond, Address: srv.URL, HopKey: []byte("test hop key, shared by replicas")}})
+		Replica: relay.ReplicaConfig{Name: name, Heartbeat: o.heartbeat, Address: srv.URL, HopKey: []byte("test hop key, shared by replicas")}})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { rl.Run(ctx) })
@@ -249,7 +261,7 @@ func TestReplicaDropsLanesAfterALostAnnouncementConnection(t *testing.T) {
 func TestForwardedKeylessRequestIsAdmitted(t *testing.T) {
 	dbURL, upstream, setup := replicaDatabase(t)
 	a := startReplica(t, dbURL, "replica-a")
-	b := startReplicaOn(t, dbURL, "replica-b", true)
+	b := startReplicaWith(t, dbURL, "replica-b", replicaOptions{elsewhere: true})
 	require.Eventually(t, func() bool { return replicasSee(t, setup) == 2 }, 10*time.Second, 20*time.Millisecond, "both registered")
 	hdr := http.Header{"Session-Id": {sessionS}, "Thread-Id": {rootT}}
 	ident, err := relay.ParseIdentity(hdr)
@@ -362,4 +374,62 @@ func TestDrainingReplicaHandsItsLeasesOver(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "rep_next", taken.ReplicaID, "the next replica takes the thread over at once")
 	assert.Equal(t, lease.Epoch+1, taken.Epoch)
+}
+
+// A replica whose heartbeat lapsed while it was alive (a slow database, a
+// stalled machine) loses its threads' leases to the replica that takes
+// them over. Told so, it retires its bridge lane of each and forwards their
+// next requests to the new holder, instead of serving them on a lane of
+// its own beside the new holder's (a lane that also kept a thread on an
+// account an operator had moved it from).
+func TestALeaseTakenOverRetiresItsFormerHoldersLane(t *testing.T) {
+	dbURL, upstream, setup := replicaDatabase(t)
+	ctx := context.Background()
+	// b renews its row once an hour: a takes it for gone 1.5 s after its
+	// start, though b serves and listens all along.
+	b := startReplicaWith(t, dbURL, "replica-b", replicaOptions{heartbeat: time.Hour})
+	a := startReplica(t, dbURL, "replica-a")
+	onB := &harness{t: t, sim: upstream, store: setup, relay: b.relay, srv: b.srv}
+	onA := &harness{t: t, sim: upstream, store: setup, relay: a.relay, srv: a.srv}
+	local := func(r *replica, name string) (lanes int, requests int64) {
+		for _, l := range r.relay.Lanes() {
+			if l.Replica == name {
+				lanes++
+				requests += l.Requests
+			}
+		}
+		return lanes, requests
+	}
+
+	resp, body := onB.post(sessionS, rootT, responseRequest("on b"), nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	lanes, _ := local(b, "replica-b")
+	require.Equal(t, 1, lanes, "b holds the thread's bridge lane")
+	require.Eventually(t, func() bool {
+		live, err := setup.Replicas(ctx, a.relay.ReplicaLiveSince())
+		require.NoError(t, err)
+		return len(live) == 1 && live[0].ID == a.relay.ReplicaID()
+	}, 10*time.Second, 50*time.Millisecond, "a takes b for gone")
+
+	next := responseRequest("on a")
+	next["input"] = []any{userMessage("on b"), userMessage("on a")}
+	resp, body = onA.post(sessionS, rootT, next, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	lanes, _ = local(a, "replica-a")
+	require.Equal(t, 1, lanes, "a took the thread over and served it on a lane of its own")
+	assert.Eventually(t, func() bool { lanes, _ := local(b, "replica-b"); return lanes == 0 }, 10*time.Second, 20*time.Millisecond,
+		"b, told of the takeover, retired its lane: %+v", b.relay.Lanes())
+
+	third := responseRequest("on b again")
+	third["input"] = []any{userMessage("on b"), userMessage("on a"), userMessage("on b again")}
+	resp, body = onB.post(sessionS, rootT, third, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	lanes, _ = local(b, "replica-b")
+	assert.Zero(t, lanes, "b forwarded the thread's request to its new holder")
+	lanes, requests := local(a, "replica-a")
+	assert.Equal(t, 1, lanes)
+	assert.EqualValues(t, 2, requests, "a's lane served the request b forwarded")
+	recs := onA.responseRecords(rootT)
+	require.Len(t, recs, 3)
+	assert.Equal(t, "a1", recs[2].Account)
 }

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/codexrelay/codex-relay/relay/store"
 )
 
 // A thread's HTTP requests are served by the replica holding its lease
@@ -81,7 +83,40 @@ func (s *Server) hopSender(r *http.Request, body []byte) string {
 	return from
 }
 
-func leaseKey(r *request) string { return r.client.scope() + "\x00" + string(r.ident.Key) }
+func leaseKey(r *request) string { return leaseKeyOf(r.client.scope(), string(r.ident.Key)) }
+
+func leaseKeyOf(scope, thread string) string { return scope + "\x00" + thread }
+
+// leaseSeen is a lease this replica holds, as it last wrote it.
+type leaseSeen struct {
+	at    time.Time
+	epoch int64
+}
+
+// tookOver reports whether a lease this replica now holds at epoch was
+// another replica's before: its epoch moved on since this replica last
+// held it (before, when held), or it is past its first epoch and this
+// replica never held it. Pure.
+func tookOver(before leaseSeen, held bool, epoch int64) bool {
+	if held {
+		return epoch != before.epoch
+	}
+	return epoch > 1
+}
+
+// announceTakeover tells the other replicas that this one took over req's
+// thread: its former holder, alive after all (its heartbeat was late),
+// retires its bridge lane and forwards the thread's requests here, instead
+// of serving them on a lane of its own beside this one's.
+func (s *Server) announceTakeover(ctx context.Context, req *request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	a := store.Announcement{From: s.cfg.Replica.ID, Kind: store.AnnounceLeaseTaken,
+		Threads: []store.ThreadRef{{Key: string(req.ident.Key), Scope: req.client.scope()}}}
+	if err := s.cfg.Store.Announce(ctx, a); err != nil {
+		s.log.Warn("announce a lane lease taken over", "err", err)
+	}
+}
 
 // forward serves req from the replica holding its thread's lease, when that
 // is another live replica; it reports whether it did (the client has its
@@ -96,7 +131,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, req *request) b
 	// req.hopFrom is set when another replica forwarded c (verified on
 	// arrival): it is served here whatever the lease says, never forwarded
 	// again.
-	if t, ok := s.leased.Load(leaseKey(req)); ok && now.Sub(t.(time.Time)) < leaseRenewal {
+	seen, held := s.leased.Load(leaseKey(req))
+	if held && now.Sub(seen.(leaseSeen).at) < leaseRenewal {
 		return false // held here and renewed lately; a live replica keeps its leases
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -107,7 +143,14 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, req *request) b
 		return false
 	}
 	if lease.ReplicaID == rc.ID {
-		s.leased.Store(leaseKey(req), now)
+		var before leaseSeen
+		if held {
+			before = seen.(leaseSeen)
+		}
+		s.leased.Store(leaseKey(req), leaseSeen{at: now, epoch: lease.Epoch})
+		if tookOver(before, held, lease.Epoch) {
+			s.announceTakeover(r.Context(), req)
+		}
 		return false
 	}
 	if req.hopFrom != "" || lease.Address == "" || lease.Address == rc.Address {

@@ -40,3 +40,23 @@ func TestHopSignature(t *testing.T) {
 		}
 	}
 }
+
+// A lease this replica holds was taken over from another when its epoch is
+// not the one this replica last wrote, or, never held here, past its first.
+func TestTookOver(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		before leaseSeen
+		held   bool
+		epoch  int64
+		want   bool
+	}{
+		{"a new lease", leaseSeen{}, false, 1, false},
+		{"another replica's, never held here", leaseSeen{}, false, 2, true},
+		{"renewed here", leaseSeen{epoch: 3}, true, 3, false},
+		{"lost and taken back", leaseSeen{epoch: 3}, true, 5, true},
+	} {
+		assert.Equal(t, tc.want, tookOver(tc.before, tc.held, tc.epoch), tc.name)
+	}
+}

@@ -174,11 +174,23 @@ func (s *Server) applyAnnouncement(a store.Announcement) {
 	switch a.Kind {
 	case store.AnnounceForget:
 		s.forgetLocal(a.Threads)
+	case store.AnnounceLeaseTaken:
+		// Another replica took these threads over while this one was
+		// thought gone: their requests go there now. The bridge lane here
+		// closes at its turn boundary (a WebSocket client's own lane stays:
+		// its connection is here), and the next request that reaches this
+		// replica reads the lease afresh, and is forwarded.
+		for _, t := range a.Threads {
+			s.leased.Delete(leaseKeyOf(t.Scope, t.Key))
+			s.pool.Retire(bridge.Key{Thread: t.Key, Scope: t.Scope})
+		}
 	case store.AnnounceResync:
 		// A reset announced while the connection was down went unheard: let
 		// no lane here keep a thread on an account it was reset from. Idle
 		// lanes close now, busy ones at the end of their turn; each thread's
-		// next request is placed afresh.
+		// next request is placed afresh, and reads its lease afresh (a
+		// takeover may have gone unheard too).
+		s.leased.Clear()
 		closed := s.pool.RetireAll()
 		s.log.Warn("announcements resumed after a lost connection: lanes retired in case a reset was missed", "lanes_closed", closed)
 	}

@@ -115,7 +115,9 @@ type Server struct {
 	// heartbeats (nil until Run has looked).
 	remoteLanes atomic.Pointer[[]LaneInfo]
 	// leased remembers the threads whose lease this replica renewed, and
-	// when (leaseKey -> time.Time), so a lease is written once a minute.
+	// when and at which epoch (leaseKey -> leaseSeen), so a lease is
+	// written once a minute and a lease taken over from another replica
+	// is announced.
 	leased sync.Map
 	// keyUse counts requests per client key, written in batches.
 	keyUse *keyUse
@@ -310,7 +312,7 @@ func (s *Server) housekeep(ctx context.Context) {
 		s.log.Warn("delete stale lane leases", "err", err)
 	}
 	s.leased.Range(func(k, v any) bool {
-		if now.Sub(v.(time.Time)) > leaseTTL {
+		if now.Sub(v.(leaseSeen).at) > leaseTTL {
 			s.leased.Delete(k)
 		}
 		return true

@@ -91,9 +91,10 @@ const maxAnnouncement = 7900
 // they hold in memory stays coherent with the database.
 type Announcement struct {
 	From string `json:"from"` // the announcing replica
-	Kind string `json:"kind"` // AnnounceForget, AnnounceAccounts or AnnounceKeys
+	Kind string `json:"kind"` // AnnounceForget, AnnounceLeaseTaken, AnnounceAccounts or AnnounceKeys
 	// Threads are the (thread key, client scope) pairs whose local state
-	// (continuity, lanes) every replica drops (AnnounceForget).
+	// (continuity, lanes) every replica drops (AnnounceForget), or whose
+	// lane lease the announcing replica took over (AnnounceLeaseTaken).
 	Threads []ThreadRef `json:"threads,omitempty"`
 }
 
@@ -105,9 +106,14 @@ type ThreadRef struct {
 
 // Announcement kinds.
 const (
-	AnnounceForget   = "forget"
-	AnnounceAccounts = "accounts" // an account changed: drop cached listings
-	AnnounceKeys     = "keys"     // a client key changed: drop cached keys
+	AnnounceForget = "forget"
+	// AnnounceLeaseTaken: the announcing replica took over these threads'
+	// lane leases (their holder's heartbeat had lapsed, or it had gone):
+	// a holder still alive retires their bridge lanes and stops serving
+	// them itself.
+	AnnounceLeaseTaken = "lease_taken"
+	AnnounceAccounts   = "accounts" // an account changed: drop cached listings
+	AnnounceKeys       = "keys"     // a client key changed: drop cached keys
 )
 
 // Announce tells every replica listening on this database (this one too)
