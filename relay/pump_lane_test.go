@@ -169,3 +169,50 @@ func TestLaneSourceArrived(t *testing.T) {
 	_, ok := next.Arrived()
 	assert.False(t, ok, "nothing more was sent")
 }
+
+// An event the upstream sends as its client goes is read, not thrown away
+// with the lane: the read under way when the request's context ends waits
+// for the grace before it is interrupted, and the lane that delivered the
+// upstream's last event is kept.
+func TestLaneSourceReadsWhatComesAsTheClientGoes(t *testing.T) {
+	t.Parallel()
+	l, up := scriptedLane(t)
+	src := newLaneSource(l)
+	defer src.stop()
+	src.graceFor = 10 * time.Second // a grace no event here outlasts
+	ctx, cancel := context.WithCancel(context.Background())
+	up <- "first"
+	data, err := nextIn(t, ctx, src, time.Hour)
+	require.NoError(t, err)
+	assert.Equal(t, "first", data)
+
+	time.AfterFunc(50*time.Millisecond, cancel)                                 // the client goes while the read waits
+	time.AfterFunc(200*time.Millisecond, func() { up <- "response.completed" }) // and the upstream's answer comes after
+	data, err = nextIn(t, ctx, src, time.Hour)
+	require.NoError(t, err, "the read was not cut at the hang-up")
+	assert.Equal(t, "response.completed", data)
+	assert.True(t, l.Alive())
+}
+
+// outliving's context outlives its parent by the hang-up grace, and ends
+// at once at its own cancel.
+func TestOutliving(t *testing.T) {
+	t.Parallel()
+	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), ctxProbe{}, "kept"))
+	octx, cancel := outliving(parent)
+	defer cancel()
+	assert.Equal(t, "kept", octx.Value(ctxProbe{}), "the parent's values")
+	cancelParent()
+	assert.NoError(t, octx.Err(), "the parent's end does not end it at once")
+	select {
+	case <-octx.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("it never ended after its parent did")
+	}
+
+	octx, cancel = outliving(context.Background())
+	cancel()
+	assert.Error(t, octx.Err(), "its own cancel ends it at once")
+}
+
+type ctxProbe struct{}

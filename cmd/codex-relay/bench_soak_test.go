@@ -12,18 +12,15 @@ import (
 )
 
 // A short soak: sessions over both transports with every kind of upstream
-// fault mixed in, and slow readers, and every one of the soak's checks
-// passing: each turn ended properly, each request logged with the
-// upstream's usage, resources back, rows intact, penalties explained.
-// Clients that hang up are left to the long run (docs/RELIABILITY.md): on
-// a loaded machine the relay may still close the lane on an answer the
-// upstream had completed as its client left, and the usage check then
-// fails (a known race, open in issue 15); the hang-up itself is pinned by
-// the e2e hang-up tests. (Not parallel: it counts the process's
-// goroutines and sockets.)
+// fault mixed in, slow readers and clients that hang up mid-answer, and
+// every one of the soak's checks passing: each turn ended properly, each
+// request logged with the upstream's usage (a response completed as its
+// client hung up counts too), resources back, rows intact, penalties
+// explained. (Not parallel: it counts the process's goroutines and
+// sockets.)
 func TestBenchSoak(t *testing.T) {
 	out, errOut, err := runCLI(t, cliEnv{}, "bench", "-soak", "12s", "-conversations", "40", "-accounts", "6",
-		"-fault-rate", "0.4", "-client-fault-rate", "0.15", "-client-hangups=false", "-prewarm", "-json")
+		"-fault-rate", "0.4", "-client-fault-rate", "0.15", "-prewarm", "-json")
 	var rep soakReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), "%s\n%s", out, errOut)
 	require.NoError(t, err, "violations: %q", rep.Violations)
@@ -31,7 +28,7 @@ func TestBenchSoak(t *testing.T) {
 
 	assert.Positive(t, rep.Turns[soakCompleted])
 	assert.Positive(t, rep.Turns[soakFailed], "faults after output end turns with a terminal event")
-	assert.Zero(t, rep.Turns[soakVanished], "no client hung up")
+	assert.Positive(t, rep.Turns[soakVanished], "clients hung up mid-answer")
 	assert.Positive(t, rep.SlowTurns)
 	assert.Zero(t, rep.Turns[soakHung]+rep.Turns[soakBroken])
 	for _, kind := range []string{"usage_limit", "server_error", "overloaded", "unauthorized", "cut_stream", "stall", "websocket_max_age"} {
