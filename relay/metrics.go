@@ -21,6 +21,8 @@ type metrics struct {
 	keyRefused *prometheus.CounterVec // by key, limit
 	budgetUse  *prometheus.GaugeVec   // by key, limit: use / max at the key's latest admission
 	logDropped prometheus.Counter     // request log rows given up
+	// bindingsDropped counts binding writes given up.
+	bindingsDropped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -48,8 +50,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "A client key's use of each limit (settled plus in flight, over max) at its latest request."}, []string{"key", "limit"}),
 		logDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "codex_relay_request_log_dropped_total",
 			Help: "Request log rows given up: the database refused them for what they hold, or did not take them before the queue filled or the relay stopped."}),
+		bindingsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "codex_relay_binding_writes_dropped_total",
+			Help: "Binding writes given up: the database refused them for what they hold, or did not take them within 10 minutes, before the queue filled or before the relay stopped."}),
 	}
 	m.eventsHTTP, m.eventsWS = m.events.WithLabelValues("http"), m.events.WithLabelValues("ws")
-	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes, m.tokens, m.cost, m.keyRefused, m.budgetUse, m.logDropped)
+	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes, m.tokens, m.cost, m.keyRefused, m.budgetUse, m.logDropped, m.bindingsDropped)
 	return m
 }

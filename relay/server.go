@@ -124,6 +124,9 @@ type Server struct {
 	// requestLog writes the request log's rows (and their attempts) in
 	// batches behind the requests; static after New.
 	requestLog *writeBehind[store.LoggedRequest]
+	// placements retries the binding writes the database did not take as
+	// their requests settled; static after New.
+	placements *writeBehind[store.Placement]
 	// hop carries requests forwarded to other replicas: no ambient proxy,
 	// and a short dial deadline, so a dead replica fails fast and the
 	// request is served here.
@@ -199,7 +202,7 @@ func New(cfg Config) *Server {
 		}
 	}
 	s.pool = bridge.NewPool(pc)
-	s.keyUse, s.requestLog = s.newKeyUse(), s.newRequestLog()
+	s.keyUse, s.requestLog, s.placements = s.newKeyUse(), s.newRequestLog(), s.newPlacements()
 	return s
 }
 
@@ -215,6 +218,7 @@ func (s *Server) Close() {
 	s.sessions.Wait()
 	s.keyUse.close(5 * time.Second)
 	s.requestLog.close(requestLogCloseGrace)
+	s.placements.close(requestLogCloseGrace)
 	s.hop.CloseIdleConnections()
 	s.pool.Close()
 }

@@ -48,13 +48,16 @@ func (s *Server) settle(ctx context.Context, r *request, ch choice, h *head, tr 
 	if r.ident.Key != "" {
 		plan := planBinding(ch.sel, ch.prefs)
 		if plan.Write {
-			err := s.cfg.Store.Place(ctx, store.Placement{
+			p := store.Placement{
 				ClientScope: r.client.scope(), ThreadKey: string(r.ident.Key), SessionKey: string(r.ident.SessionKey),
 				SessionID: r.ident.Session, ThreadID: r.ident.Thread, AccountID: acct,
 				Source: plan.Source, TTL: s.cfg.BindingTTL, SeedSession: plan.SeedSession,
-			})
-			if err != nil {
-				s.log.Warn("write binding", "err", err)
+			}
+			decided := s.cfg.Now()
+			if err := s.cfg.Store.Place(ctx, p); err != nil {
+				s.log.Warn("write binding: kept for a retry", "err", err)
+				p.At = decided
+				s.placements.add(p)
 			}
 		}
 		var touch []string
@@ -134,4 +137,62 @@ const storeWriteTimeout = 5 * time.Second
 // storeWriteContext is ctx without its cancellation, with storeWriteTimeout.
 func storeWriteContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), storeWriteTimeout)
+}
+
+// placementRetryFor is how long a binding write the database refused is
+// tried again. Past it the thread's lane and continuity have carried it
+// (or it has ended), and a later answer has written its row.
+const placementRetryFor = 10 * time.Minute
+
+// newPlacements retries binding writes the database did not take as their
+// requests settled (down, or too slow for the write's deadline): a
+// thread's row is what keeps it on its account across restarts and
+// replicas, so one lost under load could place the thread afresh, on an
+// account that cannot read its history. A retried placement never undoes a
+// later one (store.Placement.At).
+func (s *Server) newPlacements() *writeBehind[store.Placement] {
+	return &writeBehind[store.Placement]{batch: 64, max: 100_000, closeNow: make(chan struct{}),
+		write: s.writePlacements,
+		dropped: func(n int) {
+			s.metrics.bindingsDropped.Add(float64(n))
+			s.log.Error("binding writes dropped: the database did not take them in time", "bindings", n)
+		},
+	}
+}
+
+// writePlacements writes late placements one by one and returns those to
+// try again: none when some went through (the database takes writes; the
+// others were refused for what they hold, and are dropped, logged), all
+// when none did (the database is away), less those past
+// placementRetryFor.
+func (s *Server) writePlacements(batch []store.Placement) []store.Placement {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var retry []store.Placement
+	var last error
+	for _, p := range batch {
+		if err := s.cfg.Store.Place(ctx, p); err != nil {
+			retry, last = append(retry, p), err
+		}
+	}
+	if len(retry) == 0 {
+		return nil
+	}
+	if len(retry) < len(batch) {
+		s.log.Error("write binding: the database refused it", "bindings", len(retry), "err", last)
+		s.metrics.bindingsDropped.Add(float64(len(retry)))
+		return nil
+	}
+	now := s.cfg.Now()
+	kept := retry[:0]
+	for _, p := range retry {
+		if now.Sub(p.At) < placementRetryFor {
+			kept = append(kept, p)
+		}
+	}
+	if n := len(retry) - len(kept); n > 0 {
+		s.log.Error("binding writes given up after "+placementRetryFor.String(), "bindings", n, "err", last)
+		s.metrics.bindingsDropped.Add(float64(n))
+	}
+	return kept
 }

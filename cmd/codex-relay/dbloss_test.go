@@ -371,9 +371,10 @@ func dbStreamCompleted(t *testing.T, end <-chan []string) {
 // turn an error event saying the same, on a connection that stays open),
 // and never reaches the upstream; /readyz answers 503 naming the database,
 // /healthz 200. Once the server is back, /readyz turns 200 and requests
-// are served (the WebSocket thread's on the same connection), and the
-// request log holds every request served while the database was there,
-// once. The request served during the outage leaves no row: the relay does
+// are served (the WebSocket thread's on the same connection), the
+// binding of the thread whose answer completed during the outage is
+// written, and the request log holds every request served while the
+// database was there, once. The request served during the outage leaves no row: the relay does
 // not keep rows it could not write.
 func TestPostgresGoesAwayAndComesBack(t *testing.T) {
 	pg := newDBPG(t)
@@ -439,6 +440,12 @@ func TestPostgresGoesAwayAndComesBack(t *testing.T) {
 	t.Logf("database back: /readyz 200 after %v", time.Since(back).Round(time.Millisecond))
 	(&conversation{t: t, base: func() string { return p.url }, path: "/v1/responses", key: key, session: threadR, thread: threadR}).turn("once it is back")
 	t.Logf("database back: a new thread served %v after the start", time.Since(back).Round(time.Millisecond))
+	// The long answer's thread was placed as its answer completed, with the
+	// database away: its binding, kept for a retry, is written now.
+	require.Eventually(t, func() bool {
+		code, body, _ := request(t, http.MethodGet, p.url+"/api/v1/bindings?kind=thread&thread="+threadL, crashAdminToken, nil)
+		return code == http.StatusOK && body["total"] == float64(1)
+	}, 30*time.Second, 100*time.Millisecond, "the binding of the thread whose answer completed during the outage is written once the database is back")
 	sent := append(wsHistory, textMessage("the next turn, the database back"))
 	wsTurn(t, ws, sent)
 	next := lastResponse(t, upstream, threadW)

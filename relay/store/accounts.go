@@ -320,7 +320,7 @@ func (s *Store) UpdateAccount(ctx context.Context, id string, p AccountPatch) (A
 	}
 	add("updated_at", s.now().UnixMilli())
 	args = append(args, id)
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE accounts SET `+strings.Join(sets, ", ")+` WHERE id = ?`), args...)
+	res, err := s.execUnprepared(ctx, `UPDATE accounts SET `+strings.Join(sets, ", ")+` WHERE id = ?`, args...)
 	if err := affectedOne(res, err, "update account", id); err != nil {
 		return Account{}, err
 	}

@@ -154,6 +154,13 @@ type Placement struct {
 	// SeedSession inserts the process preference when absent (or expired),
 	// in the same transaction as the thread row. A later move leaves it.
 	SeedSession bool
+	// At is set on a placement written late (retried after the database
+	// refused it): when the relay decided it. A thread row written or
+	// touched after At is then left as it is, so a late placement never
+	// undoes a later one. Zero: written now, as decided now, over whatever
+	// the row holds (the clocks of several replicas need not agree to the
+	// millisecond for a move to take).
+	At time.Time
 }
 
 // Place upserts the thread row (only that thread's row is ever rewritten)
@@ -164,7 +171,10 @@ func (s *Store) Place(ctx context.Context, p Placement) error {
 	if p.ThreadKey == "" || p.AccountID == "" {
 		return errors.New("place: thread key and account required")
 	}
-	now := s.now()
+	now, late := s.now(), ""
+	if !p.At.IsZero() {
+		now, late = p.At, ` WHERE bindings.last_seen_at <= excluded.last_seen_at`
+	}
 	exp := now.Add(p.TTL).UnixMilli()
 	return s.inTx(ctx, func(tx *sqlx.Tx) error {
 		if p.SeedSession && p.SessionKey != "" && p.SessionKey != p.ThreadKey {
@@ -187,7 +197,7 @@ func (s *Store) Place(ctx context.Context, p Placement) error {
 			ON CONFLICT (kind, binding_key, client_scope) DO UPDATE SET
 				account_id = excluded.account_id,
 				source = CASE WHEN bindings.account_id = excluded.account_id THEN bindings.source ELSE excluded.source END,
-				last_seen_at = excluded.last_seen_at, expires_at = excluded.expires_at, abandoned_scope = NULL`),
+				last_seen_at = excluded.last_seen_at, expires_at = excluded.expires_at, abandoned_scope = NULL`+late),
 			NewID("bnd", now), p.ThreadKey, string(BindThread), string(Soft), p.AccountID, p.ClientScope,
 			p.SessionID, p.ThreadID, p.Source, now.UnixMilli(), now.UnixMilli(), exp)
 		if err != nil {
@@ -208,7 +218,7 @@ func (s *Store) TouchBindings(ctx context.Context, ids []string, ttl time.Durati
 	if err != nil {
 		return err
 	}
-	if _, err := s.db.ExecContext(ctx, s.q(q), args...); err != nil {
+	if _, err := s.execUnprepared(ctx, q, args...); err != nil {
 		return fmt.Errorf("touch bindings: %w", err)
 	}
 	return nil

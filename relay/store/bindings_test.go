@@ -110,6 +110,47 @@ func TestPlaceSeedsSessionOnceAndMovesOnlyTheThread(t *testing.T) {
 	})
 }
 
+// A placement written late (retried after the database refused it)
+// carries when it was decided: it lands on a row nobody wrote since, and
+// never undoes a placement or a touch that came after it. One written now
+// (At zero) takes whatever the row holds, as before.
+func TestLatePlacementNeverUndoesALaterOne(t *testing.T) {
+	eachWithClock(t, func(t *testing.T, s *store.Store, c *clock) {
+		ctx := context.Background()
+		thread := func() store.Binding {
+			got, err := s.BindingsFor(ctx, store.BindingLookup{ClientScope: "k", ThreadKey: "v1:st:t"})
+			require.NoError(t, err)
+			require.Len(t, got, 1)
+			return got[0]
+		}
+		p := store.Placement{ClientScope: "k", ThreadKey: "v1:st:t", ThreadID: "t", AccountID: "acc_a", Source: "admission", TTL: time.Hour}
+		require.NoError(t, s.Place(ctx, p))
+
+		late := p
+		late.AccountID, late.Source, late.At = "acc_b", "move", c.Now().Add(-time.Minute)
+		require.NoError(t, s.Place(ctx, late))
+		assert.Equal(t, "acc_a", thread().AccountID, "decided before the row was written: left as it is")
+
+		c.Add(time.Minute)
+		late.At = c.Now().Add(-time.Second)
+		require.NoError(t, s.Place(ctx, late))
+		assert.Equal(t, "acc_b", thread().AccountID, "decided after the row was written: it lands")
+		assert.Equal(t, late.At.UnixMilli(), thread().LastSeenAt.UnixMilli(), "as of its decision")
+
+		c.Add(time.Minute)
+		require.NoError(t, s.TouchBindings(ctx, []string{thread().ID}, time.Hour))
+		older := late
+		older.AccountID, older.At = "acc_c", c.Now().Add(-30*time.Second)
+		require.NoError(t, s.Place(ctx, older))
+		assert.Equal(t, "acc_b", thread().AccountID, "a touch after it counts as a later write")
+
+		now := older
+		now.At = time.Time{}
+		require.NoError(t, s.Place(ctx, now))
+		assert.Equal(t, "acc_c", thread().AccountID, "a placement written now takes the row")
+	})
+}
+
 // Siblings admitted at the same moment on different accounts agree on one
 // process preference, and each keeps its own thread row.
 func TestConcurrentFirstAdmissions(t *testing.T) {

@@ -116,6 +116,17 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result
 	return st.ExecContext(ctx, args...)
 }
 
+// execUnprepared runs a write whose text varies (an IN list, a changing
+// SET), unprepared; on SQLite it waits its turn with the other writes, as
+// exec's do.
+func (s *Store) execUnprepared(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if s.loc.Dialect == SQLite {
+		s.writeTx.Lock()
+		defer s.writeTx.Unlock()
+	}
+	return s.db.ExecContext(ctx, s.q(query), args...)
+}
+
 // get reads one row into dest (sql.ErrNoRows when there is none).
 func (s *Store) get(ctx context.Context, dest any, query string, args ...any) error {
 	st, err := s.prepared(ctx, query)
