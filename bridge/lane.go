@@ -9,7 +9,9 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -32,10 +34,13 @@ type Lane struct {
 	// SessionID and ThreadID are the client's raw ids of the thread the
 	// lane was opened for, for operators; set before the lane is shared.
 	SessionID, ThreadID string
-	conn                *websocket.Conn
-	dead                chan struct{} // closed once the connection has ended or Close ran
-	deadOnce            sync.Once
-	idlers              sync.WaitGroup // idle readers; Close waits for them
+	// Raw is the network connection under the WebSocket, when the dialer
+	// knew it (set before the lane is shared): Hangup half-closes it.
+	Raw      net.Conn
+	conn     *websocket.Conn
+	dead     chan struct{} // closed once the connection has ended or Close ran
+	deadOnce sync.Once
+	idlers   sync.WaitGroup // idle readers; Close waits for them
 
 	mu     sync.Mutex
 	err    error // guarded by mu; why the connection ended
@@ -192,6 +197,25 @@ func (l *Lane) Unclaim(h <-chan *Event) {
 // Interrupt ends the connection at once, without waiting: a Read under way
 // returns. The lane is then dead; Close still releases it.
 func (l *Lane) Interrupt() { l.conn.CloseNow() }
+
+// ErrHungUp is why a lane that hung up ended (Hangup).
+var ErrHungUp = errors.New("lane hung up: its request was cancelled")
+
+// Hangup cancels the upstream's request the way a client that goes away
+// does, yet hears it out: the connection's sending side ends (a TCP or TLS
+// half-close), so the upstream sees its client go, stops and closes the
+// connection, while whatever it sent before that can still be read. The
+// lane serves no other request (Alive is false from now on). It reports
+// false, and does nothing, when the connection cannot be half-closed (its
+// network connection is unknown): the caller closes it instead.
+func (l *Lane) Hangup() bool {
+	cw, ok := l.Raw.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return false
+	}
+	l.fail(ErrHungUp)
+	return true
+}
 
 // next reads one message into a pooled buffer. It reads without a
 // context: coder/websocket arms a context.AfterFunc for every frame

@@ -33,7 +33,7 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch choice,
 	if r.transport == "ws" {
 		res.detail = "http: the upstream speaks HTTP only, or the request is too large for its WebSocket"
 	}
-	actx, cancel := outliving(ctx) // a response completed as its client went is still read
+	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var answer answerDeadline
 	pctx := actx

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,37 +51,46 @@ type laneSource struct {
 	// end. Armed around each read, so the client's writes do not count.
 	cut     *time.Timer
 	stalled atomic.Bool
-	// arrivedBy ends Arrived's reads (zero until its first call).
-	arrivedBy time.Time
-	// reading is set while Next reads the lane: the request's context
-	// ending interrupts that read (unwatch stops watching it), never
-	// Arrived's, nor the lane while the client is written to.
-	reading atomic.Bool
+	// unwatch stops watching the request's context (see clientWent).
 	unwatch func() bool
-	// grace interrupts the read under way once the request's context has
-	// been over for graceFor (cancelRead arms it): an event the upstream
-	// sent as the client went is read, not thrown away with the lane.
-	grace    *time.Timer
-	graceFor time.Duration
+	// mu guards what the client's going sets in motion against this
+	// source's reads: the timers touch the lane only while a read of this
+	// source is under way, never once the request has let the lane go.
+	mu      sync.Mutex
+	reading bool      // guarded by mu: Next or Arrived reads the lane
+	hungUp  bool      // guarded by mu: the lane was hung up (or closed)
+	wentAt  time.Time // guarded by mu: when the client was seen gone (zero: not yet)
+	// hang hangs the lane up hangUpAfter after the client went, when a
+	// read still waits; giveUp ends a read still under way arrivedWithin
+	// after it.
+	hang, giveUp *time.Timer
 }
 
 // newLaneSource claims l's reading for a request about to be sent on it.
 func newLaneSource(l *bridge.Lane) *laneSource {
-	return &laneSource{l: l, first: l.Claim(), graceFor: hangUpGrace}
+	s := &laneSource{l: l, first: l.Claim()}
+	s.hang = time.AfterFunc(time.Hour, s.hangUpIfReading)
+	s.hang.Stop()
+	s.giveUp = time.AfterFunc(time.Hour, s.interruptIfReading)
+	s.giveUp.Stop()
+	return s
 }
 
-// After a client goes away mid-answer, the relay reads on what the
-// upstream sends for a moment: while events keep coming at most
-// hangUpGrace apart, for at most arrivedWithin in all. An upstream that
-// finishes by then has its response settled (its usage counts, as the
-// upstream counts it) and its lane serves the thread's next request; one
-// still answering has its lane closed, which cancels its request. Without
-// the grace, a response completed as its client hung up was lost whenever
-// the relay's reader had not yet run when the hang-up was seen (closing the
-// lane threw away the completion already in its socket): 20 in 6,412
-// hang-ups in a 15-minute soak on a saturated machine.
+// When a client goes away mid-answer, an event the upstream has sent
+// already is read at once. One not there within hangUpAfter is taken for an
+// upstream still answering: the lane hangs up (bridge.Lane.Hangup: its
+// sending side closes, and the upstream, seeing its client go, stops and
+// closes the connection), and what the upstream sent before it saw that is
+// read, for arrivedWithin at most; then the lane closes. So a response the
+// upstream completed is settled and its usage logged whatever the relay's
+// timing, and one it was still writing is cancelled. Closing the lane at
+// once instead threw away a completion already in its socket whenever the
+// relay's reader had not yet run (20 of 6,412 hang-ups in a 15-minute soak
+// on a saturated machine), and reading on for a while before closing it
+// lost the completions that came during the relay's lag behind the
+// upstream (85 in a 5-minute one).
 const (
-	hangUpGrace   = 250 * time.Millisecond
+	hangUpAfter   = 50 * time.Millisecond
 	arrivedWithin = time.Second
 )
 
@@ -90,35 +100,68 @@ func (s *laneSource) Next(ctx context.Context, idle time.Duration) ([]byte, erro
 		return s.handedOver(ctx, idle)
 	}
 	if s.unwatch == nil {
-		// The request's end (its client went away) ends a read under way
-		// after the grace; the lane then closes, which is what cancels the
-		// upstream's request. Once a request: an event costs no AfterFunc.
-		s.grace = time.AfterFunc(time.Hour, s.interruptRead)
-		s.grace.Stop()
-		s.unwatch = context.AfterFunc(ctx, s.cancelRead)
+		// Once a request: an event costs no AfterFunc.
+		s.unwatch = context.AfterFunc(ctx, s.clientWent)
 	}
-	s.reading.Store(true)
-	if err := ctx.Err(); err != nil { // ended before cancelRead could see the read
-		s.reading.Store(false)
+	s.setReading(true)
+	if err := ctx.Err(); err != nil { // ended before clientWent could see the read
+		s.setReading(false)
 		return nil, err
 	}
 	data, err := s.read(ctx, idle)
-	s.reading.Store(false)
+	s.setReading(false)
 	return data, err
 }
 
-// cancelRead, run when the request's context ends, interrupts the read
-// under way unless an event comes within the grace.
-func (s *laneSource) cancelRead() {
-	if s.reading.Load() {
-		s.grace.Reset(s.graceFor)
+func (s *laneSource) setReading(on bool) {
+	s.mu.Lock()
+	s.reading = on
+	s.mu.Unlock()
+}
+
+// clientWent notes that the request's client has gone, and sets the
+// timers going: a read under way is heard out as the const block above
+// says (Arrived does the same for the reads after it).
+func (s *laneSource) clientWent() {
+	s.mu.Lock()
+	first := s.wentAt.IsZero()
+	if first {
+		s.wentAt = time.Now()
+	}
+	s.mu.Unlock()
+	if first {
+		s.hang.Reset(hangUpAfter)
+		s.giveUp.Reset(arrivedWithin)
 	}
 }
 
-// interruptRead ends the read under way, if any: never Arrived's (which has
-// its own deadline), nor the lane once this request has let it go.
-func (s *laneSource) interruptRead() {
-	if s.reading.Load() {
+// hangUpIfReading hangs the lane up if a read of this source still waits.
+func (s *laneSource) hangUpIfReading() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reading {
+		s.hangUpLocked()
+	}
+}
+
+// hangUpLocked hangs the lane up, once; a lane that cannot hang up is
+// closed.
+func (s *laneSource) hangUpLocked() {
+	if s.hungUp {
+		return
+	}
+	s.hungUp = true
+	if !s.l.Hangup() {
+		s.l.Interrupt()
+	}
+}
+
+// interruptIfReading ends a read of this source still under way.
+func (s *laneSource) interruptIfReading() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reading {
+		s.hungUp = true
 		s.l.Interrupt()
 	}
 }
@@ -194,17 +237,20 @@ func (s *laneSource) Arrived() ([]byte, bool) {
 			return nil, false
 		}
 	}
-	if s.arrivedBy.IsZero() {
-		s.arrivedBy = time.Now().Add(arrivedWithin)
+	s.clientWent()
+	s.mu.Lock()
+	gone := time.Since(s.wentAt)
+	if gone >= hangUpAfter {
+		s.hangUpLocked()
 	}
-	left := time.Until(s.arrivedBy)
-	if left <= 0 || !s.l.Alive() {
+	s.reading = true
+	s.mu.Unlock()
+	defer s.setReading(false)
+	left := arrivedWithin - gone
+	if left <= 0 {
 		return nil, false
 	}
-	// An event that has not come by then has not arrived: the lane is
-	// then interrupted, as it is closed anyway when the upstream is still
-	// answering.
-	data, err := s.read(context.Background(), min(left, s.graceFor))
+	data, err := s.read(context.Background(), left)
 	return data, err == nil
 }
 
@@ -226,8 +272,9 @@ func (s *laneSource) stop() {
 	}
 	if s.unwatch != nil {
 		s.unwatch()
-		s.grace.Stop() // one cancelRead armed after this finds no read under way
 	}
+	s.hang.Stop() // one that fires after this finds no read under way
+	s.giveUp.Stop()
 	s.l.Unclaim(s.first)
 }
 
@@ -263,26 +310,9 @@ func (s *httpSource) Next(ctx context.Context, idle time.Duration) ([]byte, erro
 	return nil, err
 }
 
-// Arrived reads the next event, called once the client has gone: the
-// upstream request, made under outliving's context, is cancelled
-// hangUpGrace after its client went (or by the idle deadline), which ends
-// this read when nothing more has come.
-func (s *httpSource) Arrived() ([]byte, bool) {
-	ev, err := s.r.Next()
-	if err != nil {
-		return nil, false
-	}
-	return ev.Data, true
-}
-
-// outliving returns a context with ctx's values that ends hangUpGrace after
-// ctx has, or at its cancel: an upstream HTTP request made under it is read
-// on for a moment once its client went, as a lane is.
-func outliving(ctx context.Context) (context.Context, context.CancelFunc) {
-	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(hangUpGrace, cancel) })
-	return octx, func() { stop(); cancel() }
-}
+// Arrived reports nothing: a client's hang-up cancels the upstream HTTP
+// request, whose connection serves no other request meanwhile.
+func (s *httpSource) Arrived() ([]byte, bool) { return nil, false }
 
 func (s *httpSource) stop() {
 	if s.t != nil {

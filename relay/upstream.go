@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
@@ -273,7 +274,8 @@ func (u *Upstream) do(t target, req *http.Request) (*http.Response, error) {
 
 // openLane dials an upstream WebSocket for t and starts a lane on it.
 func (s *Server) openLane(ctx context.Context, t target, clientHeader http.Header) (*bridge.Lane, error) {
-	conn, resp, err := s.cfg.Upstream.dialWebSocket(ctx, t, clientHeader)
+	var raw net.Conn // the connection under it, which a hang-up half-closes
+	conn, resp, err := s.cfg.Upstream.dialWebSocket(ctx, t, clientHeader, &raw)
 	if err != nil {
 		if resp != nil && upgradeUnsupported(resp.StatusCode) {
 			return nil, &upgradeRefusedError{status: resp.StatusCode}
@@ -295,7 +297,9 @@ func (s *Server) openLane(ctx context.Context, t target, clientHeader http.Heade
 	if resp != nil {
 		h = resp.Header
 	}
-	return bridge.NewLane(conn, t.Account.ID, h, s.cfg.Now()), nil
+	l := bridge.NewLane(conn, t.Account.ID, h, s.cfg.Now())
+	l.Raw = raw
+	return l, nil
 }
 
 // upgradeUnsupported reports an upgrade answer that means the upstream has
@@ -370,7 +374,7 @@ const MaxMessageBytes = 64 << 20
 
 // dialWebSocket opens an upstream Responses WebSocket for target. The
 // returned response carries the upgrade's headers (rate limits, turn state).
-func (u *Upstream) dialWebSocket(ctx context.Context, t target, clientHeader http.Header) (*websocket.Conn, *http.Response, error) {
+func (u *Upstream) dialWebSocket(ctx context.Context, t target, clientHeader http.Header, raw *net.Conn) (*websocket.Conn, *http.Response, error) {
 	url := t.ResponsesURL("")
 	switch {
 	case strings.HasPrefix(url, "https://"):
@@ -388,6 +392,7 @@ func (u *Upstream) dialWebSocket(ctx context.Context, t target, clientHeader htt
 	}
 	dctx, cancel := context.WithTimeout(ctx, u.DialTimeout)
 	defer cancel()
+	dctx = httptrace.WithClientTrace(dctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { *raw = info.Conn }})
 	conn, resp, err := websocket.Dial(dctx, url, &websocket.DialOptions{
 		HTTPClient:           hc,
 		HTTPHeader:           h,

@@ -259,15 +259,20 @@ func (s *Server) stream(ctx context.Context, sk sink, events [][]byte, v *verdic
 		}
 		typ, _ := wire.EventType(ev)
 		ref.event(typ)
+		sctx := ctx
 		switch typ {
 		case wire.EventResponseCompleted:
 			ref.usage(ev) // before finish: a finished record may be taken at once (TakeFinished)
 			ref.finish(http.StatusOK, OutcomeCompleted, s.cfg.Now())
 			s.completed(v.account)
+			// A response it finished (and counted) is delivered while the
+			// connection carries it, even to a client that is going: one
+			// that half-closed still reads it.
+			sctx = context.WithoutCancel(ctx)
 		case wire.EventResponseFailed:
 			ref.finish(http.StatusOK, OutcomeFailed, s.cfg.Now())
 		}
-		if err := sk.send(ctx, ev); err != nil {
+		if err := sk.send(sctx, ev); err != nil {
 			return OutcomeGone
 		}
 	}
