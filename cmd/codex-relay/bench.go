@@ -578,7 +578,7 @@ func (e *benchEnv) startRelay(ctx context.Context, compression relay.Compression
 		go func() { defer close(ran); rl.Run(runCtx) }()
 		hs := relayHTTPServer(rl, e.log)
 		served := make(chan error, 1)
-		go func() { served <- hs.Serve(ln) }()
+		go func() { served <- serveHTTP(hs, ln) }()
 		stop = func() {
 			stopRun()
 			<-ran

@@ -510,7 +510,7 @@ func (e *hostileEnv) startRelay(ctx context.Context) (*http.Server, func(), erro
 		hs.ReadHeaderTimeout = e.h.headerTimeout
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(e.conns.listener(ln)) }()
+	go func() { served <- serveHTTP(hs, e.conns.listener(ln)) }()
 	e.target = benchTarget{name: targetRelay, base: url + "/backend-api/codex", header: func(int) http.Header {
 		return http.Header{"Authorization": {"Bearer " + e.key}}
 	}}

@@ -302,7 +302,7 @@ type drainer interface {
 // grace's end is cut.
 func serveUntilDone(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger, dr drainer) error {
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- serveHTTP(hs, ln) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
