@@ -44,6 +44,9 @@ type Config struct {
 	MaxAttempts int
 	// Continuity is the thread-scoped replay cache; one is made when nil.
 	Continuity *continuity.Cache
+	// OwnerIDs bounds the index of response ids and turn states to the
+	// account that issued them (the oldest go first). Default 200,000.
+	OwnerIDs int
 	// Tokens hands out account credentials: fresh ChatGPT access tokens
 	// (refreshed before expiry and once after an upstream 401). Nil reads
 	// the stored credentials as they are.
@@ -168,6 +171,9 @@ func New(cfg Config) *Server {
 	if cfg.Continuity == nil {
 		cfg.Continuity = continuity.New(continuity.Options{Now: cfg.Now})
 	}
+	if cfg.OwnerIDs <= 0 {
+		cfg.OwnerIDs = 200_000
+	}
 	cfg.Replica = cfg.Replica.withDefaults()
 	if cfg.Retention == 0 {
 		cfg.Retention = 30 * 24 * time.Hour
@@ -183,7 +189,7 @@ func New(cfg Config) *Server {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		metrics:  newMetrics(cfg.Registry),
-		owners:   newOwnerIndex(200_000),
+		owners:   newOwnerIndex(cfg.OwnerIDs),
 		conts:    cfg.Continuity,
 		closing:  closing,
 		close:    cancel,

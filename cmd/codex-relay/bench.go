@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/codexrelay/codex-relay/bridge"
+	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/oauth"
 	"github.com/codexrelay/codex-relay/relay/sim"
@@ -101,6 +102,9 @@ type benchOptions struct {
 	faultRate       float64
 	clientFaultRate float64
 	clientHangups   bool
+	// cacheThreads bounds the relay's continuity cache (and its owner
+	// index, 20 ids a thread) in a soak; 0: the relay's defaults.
+	cacheThreads int
 	// hostile runs the hostile clients mode (bench_hostile.go) instead.
 	hostile hostileOptions
 }
@@ -132,6 +136,7 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	fs.DurationVar(&o.soak, "soak", 0, fmt.Sprintf("instead of the phases, soak the relay this long (e.g. 10m): -conversations sessions (default %d) over both transports, one after another in each slot, with faults on both sides, then check that nothing was lost (every turn ended, every request logged with the upstream's usage, resources back, rows intact, no wrong penalty); exits non-zero on a violation", soakSessions))
 	fs.Float64Var(&o.faultRate, "fault-rate", 0.05, "with -soak: the share of upstream response requests the sim meets with a fault (usage limits, 5xx, 401, cut, stalled and failed streams), and a quarter of the upstream WebSockets reach an age limit")
 	fs.Float64Var(&o.clientFaultRate, "client-fault-rate", 0.04, "with -soak: the share of client turns read slowly or hung up on mid-answer")
+	fs.IntVar(&o.cacheThreads, "cache-threads", 0, "with -soak: bound the relay's continuity cache to this many threads and its owner index to 20 ids a thread (default: the relay's own, 10,000 threads and 200,000 ids), so a short run fills them and its memory check sees the plateau behind them")
 	fs.BoolVar(&o.clientHangups, "client-hangups", true, "with -soak: half the client faults are hang-ups mid-answer (false: every one is a slow reader)")
 	hostileFlags(fs, &o.hostile)
 	asJSON := fs.Bool("json", false, "print the report as JSON, with every figure")
@@ -277,6 +282,9 @@ func (o benchOptions) validate() error {
 	}
 	if o.soak < 0 || !(o.faultRate >= 0 && o.faultRate <= 1) || !(o.clientFaultRate >= 0 && o.clientFaultRate <= 1) {
 		return errors.New("bench: -soak must not be negative, -fault-rate and -client-fault-rate must be between 0 and 1")
+	}
+	if o.cacheThreads < 0 || o.cacheThreads > 0 && o.soak == 0 {
+		return errors.New("bench: -cache-threads goes with -soak, and must not be negative")
 	}
 	if o.soak > 0 && o.idle > 0 {
 		return errors.New("bench: -soak and -idle are two modes: give one")
@@ -571,6 +579,10 @@ func (e *benchEnv) startRelay(ctx context.Context, compression relay.Compression
 			cfg.Tokens = tokens
 			cfg.StreamIdleTimeout = soakStallDeadline
 			cfg.Bridge = bridge.PoolConfig{IdleTimeout: soakLaneIdle, SweepEvery: soakLaneIdle / 4}
+			if n := e.o.cacheThreads; n > 0 {
+				cfg.Continuity = continuity.New(continuity.Options{MaxEntries: n})
+				cfg.OwnerIDs = 20 * n
+			}
 		}
 		rl := relay.New(cfg)
 		runCtx, stopRun := context.WithCancel(ctx)

@@ -364,6 +364,8 @@ func TestBenchRefusesBadOptions(t *testing.T) {
 		"more sessions than lanes": {"-conversations", "65", "-accounts", "1"},
 		"more idle than lanes":     {"-idle", "129", "-accounts", "2"},
 		"an argument":              {"extra"},
+		"cache bound without soak": {"-cache-threads", "100"},
+		"negative cache bound":     {"-soak", "1s", "-cache-threads", "-1"},
 	} {
 		_, _, err := runCLI(t, cliEnv{}, append([]string{"bench"}, args...)...)
 		assert.Error(t, err, name)
