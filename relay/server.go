@@ -222,9 +222,13 @@ func (s *Server) Close() {
 	s.drain()
 	s.close()
 	s.sessions.Wait()
-	s.keyUse.close(5 * time.Second)
-	s.requestLog.close(requestLogCloseGrace)
-	s.placements.close(requestLogCloseGrace)
+	// The writers give up together: a database that is away costs one
+	// grace, not one each.
+	var writers sync.WaitGroup
+	writers.Go(func() { s.keyUse.close(5 * time.Second) })
+	writers.Go(func() { s.requestLog.close(requestLogCloseGrace) })
+	writers.Go(func() { s.placements.close(requestLogCloseGrace) })
+	writers.Wait()
 	s.hop.CloseIdleConnections()
 	s.pool.Close()
 }
