@@ -61,7 +61,7 @@ type laneSource struct {
 	hungUp  bool      // guarded by mu: the lane was hung up (or closed)
 	wentAt  time.Time // guarded by mu: when the client was seen gone (zero: not yet)
 	// hang hangs the lane up hangUpAfter after the client went, when a
-	// read still waits; giveUp ends a read still under way arrivedWithin
+	// read still waits; giveUp ends a read still under way hearOutFor
 	// after it.
 	hang, giveUp *time.Timer
 }
@@ -81,17 +81,20 @@ func newLaneSource(l *bridge.Lane) *laneSource {
 // upstream still answering: the lane hangs up (bridge.Lane.Hangup: its
 // sending side closes, and the upstream, seeing its client go, stops and
 // closes the connection), and what the upstream sent before it saw that is
-// read, for arrivedWithin at most; then the lane closes. So a response the
-// upstream completed is settled and its usage logged whatever the relay's
-// timing, and one it was still writing is cancelled. Closing the lane at
-// once instead threw away a completion already in its socket whenever the
-// relay's reader had not yet run (20 of 6,412 hang-ups in a 15-minute soak
-// on a saturated machine), and reading on for a while before closing it
-// lost the completions that came during the relay's lag behind the
-// upstream (85 in a 5-minute one).
+// read until the upstream closes, for hearOutFor at most (an upstream
+// that does not answer the hang-up); then the lane closes. So a response
+// the upstream completed is settled and its usage logged whatever the
+// relay's timing, and one it was still writing is cancelled. Closing the
+// lane at once instead threw away a completion already in its socket
+// whenever the relay's reader had not yet run (20 of 6,412 hang-ups in a
+// 15-minute soak on a saturated machine), reading on for a while before
+// closing it lost the completions that came during the relay's lag behind
+// the upstream (85 in a 5-minute one), and hearing the upstream out for
+// only a second still lost 3 of 6,351 in 15 minutes, where the saturated
+// relay read its backlog more than a second late.
 const (
-	hangUpAfter   = 50 * time.Millisecond
-	arrivedWithin = time.Second
+	hangUpAfter = 50 * time.Millisecond
+	hearOutFor  = 10 * time.Second
 )
 
 func (s *laneSource) Next(ctx context.Context, idle time.Duration) ([]byte, error) {
@@ -131,7 +134,7 @@ func (s *laneSource) clientWent() {
 	s.mu.Unlock()
 	if first {
 		s.hang.Reset(hangUpAfter)
-		s.giveUp.Reset(arrivedWithin)
+		s.giveUp.Reset(hearOutFor)
 	}
 }
 
@@ -246,7 +249,7 @@ func (s *laneSource) Arrived() ([]byte, bool) {
 	s.reading = true
 	s.mu.Unlock()
 	defer s.setReading(false)
-	left := arrivedWithin - gone
+	left := hearOutFor - gone
 	if left <= 0 {
 		return nil, false
 	}
