@@ -89,9 +89,11 @@ func newLaneSource(l *bridge.Lane) *laneSource {
 // whenever the relay's reader had not yet run (20 of 6,412 hang-ups in a
 // 15-minute soak on a saturated machine), reading on for a while before
 // closing it lost the completions that came during the relay's lag behind
-// the upstream (85 in a 5-minute one), and hearing the upstream out for
-// only a second still lost 3 of 6,351 in 15 minutes, where the saturated
-// relay read its backlog more than a second late.
+// the upstream (85 in a 5-minute one). Hearing it out still misses a
+// few on a saturated machine (3 of 6,351 hang-ups in 15 minutes with 1 s,
+// 5 of 6,194 with 10 s; see docs/RELIABILITY.md): the wait is not what
+// loses them, and the longer one only bounds an upstream that does not
+// answer the hang-up.
 const (
 	hangUpAfter = 50 * time.Millisecond
 	hearOutFor  = 10 * time.Second
