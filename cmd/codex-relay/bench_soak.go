@@ -158,6 +158,10 @@ type soakReport struct {
 	// Usage the request log settled and the sim reported, in total.
 	LoggedUsage   soakUsage `json:"logged_usage"`
 	UpstreamUsage soakUsage `json:"upstream_usage"`
+	// Undelivered is the part of UpstreamUsage the sim counted for
+	// responses whose completion it could not write (their client had
+	// gone): no relay can log it, and the check leaves it out.
+	Undelivered soakUsage `json:"undelivered_usage"`
 	// Threads whose bindings were checked.
 	BindingsChecked int `json:"bindings_checked"`
 	Refreshes       int `json:"refreshes"`
@@ -185,6 +189,11 @@ type soakUsage struct {
 	Output    int64 `json:"output"`
 	Reasoning int64 `json:"reasoning"`
 	Total     int64 `json:"total"`
+}
+
+// minus is u less v.
+func (u soakUsage) minus(v soakUsage) soakUsage {
+	return soakUsage{Input: u.Input - v.Input, Cached: u.Cached - v.Cached, Output: u.Output - v.Output, Reasoning: u.Reasoning - v.Reasoning, Total: u.Total - v.Total}
 }
 
 func (u *soakUsage) add(v soakUsage) {
@@ -847,6 +856,7 @@ func (r *soakRun) checkLog(ctx context.Context, rep *soakReport) error {
 	if err != nil {
 		return err
 	}
+	undelivered := r.env.upstream.Undelivered()
 	for _, s := range r.sessions {
 		rows, _, err := st.Requests(ctx, store.RequestFilter{ThreadID: s.id, Limit: 1000})
 		if err != nil {
@@ -878,8 +888,13 @@ func (r *soakRun) checkLog(ctx context.Context, rep *soakReport) error {
 		r.mu.Unlock()
 		rep.LoggedUsage.add(logged)
 		rep.UpstreamUsage.add(upstream)
-		if logged != upstream {
-			r.violate("session %s (%s): the log settled %+v, the upstream reported %+v", s.id, s.transport, logged, upstream)
+		lost := soakUsage{}
+		if u, ok := undelivered[s.id]; ok {
+			lost = soakUsage{Input: u.InputTokens, Cached: u.CachedTokens, Output: u.OutputTokens, Reasoning: u.ReasoningTokens, Total: u.TotalTokens}
+			rep.Undelivered.add(lost)
+		}
+		if delivered := upstream.minus(lost); logged != delivered {
+			r.violate("session %s (%s): the log settled %+v, the upstream reported %+v (of which it could not deliver %+v)", s.id, s.transport, logged, upstream, lost)
 		}
 		if s.completed == 0 {
 			continue
@@ -1107,7 +1122,7 @@ func printSoak(w io.Writer, rep soakReport) {
 	counts("relay attempts", rep.Attempts)
 	counts("recoveries", rep.Recoveries)
 	fmt.Fprintf(w, "%-22s %d sent, %d logged, %d answered by the sim (attempts included)\n", "requests", rep.Requests, rep.LoggedRows, rep.SimRequests)
-	fmt.Fprintf(w, "%-22s logged %+v\n%-22s upstream %+v\n", "usage", rep.LoggedUsage, "", rep.UpstreamUsage)
+	fmt.Fprintf(w, "%-22s logged %+v\n%-22s upstream %+v\n%-22s of which undelivered %+v\n", "usage", rep.LoggedUsage, "", rep.UpstreamUsage, "", rep.Undelivered)
 	causes := map[string]int{}
 	for _, p := range rep.Penalties {
 		causes[p.Status+" <- "+cmp.Or(p.Cause, "NOTHING")]++

@@ -518,3 +518,17 @@ func TestTakeFinished(t *testing.T) {
 	require.Len(t, left, 1)
 	assert.False(t, left[0].Done)
 }
+
+// A completion the sim counted but could not write is summed by its
+// prompt_cache_key, for a soak to tell usage no relay could have seen.
+func TestUndeliveredCompletionsAreSummed(t *testing.T) {
+	t.Parallel()
+	s := &Server{rec: recorder{max: 10}}
+	for _, key := range []string{"a", "a", "b"} {
+		ref := s.rec.add(Record{PromptCacheKey: key, Usage: &RecordUsage{InputTokens: 10, OutputTokens: 5, TotalTokens: 15}})
+		s.noteUndelivered(ref)
+	}
+	s.noteUndelivered(s.rec.add(Record{PromptCacheKey: "c"})) // no usage: nothing counted
+	got := s.Undelivered()
+	assert.Equal(t, map[string]RecordUsage{"a": {InputTokens: 20, OutputTokens: 10, TotalTokens: 30}, "b": {InputTokens: 10, OutputTokens: 5, TotalTokens: 15}}, got)
+}

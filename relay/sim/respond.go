@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -131,6 +132,45 @@ func (s *Server) decide(c call) verdict {
 }
 
 // completed notes a completed response: it spends the account's usage.
+// noteUndelivered adds the usage of ref's response, whose completion
+// could not be written, to the undelivered sums.
+func (s *Server) noteUndelivered(ref recordRef) {
+	var key string
+	var u *RecordUsage
+	ref.update(func(r *Record) {
+		key = r.PromptCacheKey
+		if r.Usage != nil {
+			c := *r.Usage
+			u = &c
+		}
+	})
+	if u == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.undelivered == nil {
+		s.undelivered = map[string]RecordUsage{}
+	}
+	sum := s.undelivered[key]
+	sum.InputTokens += u.InputTokens
+	sum.CachedTokens += u.CachedTokens
+	sum.OutputTokens += u.OutputTokens
+	sum.ReasoningTokens += u.ReasoningTokens
+	sum.TotalTokens += u.TotalTokens
+	s.undelivered[key] = sum
+}
+
+// Undelivered returns, by prompt_cache_key, the usage of the responses the
+// sim completed and counted (in their records) but whose completion it
+// could not write, their client gone: usage an upstream counts that no
+// relay can have seen.
+func (s *Server) Undelivered() map[string]RecordUsage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.undelivered)
+}
+
 func (s *Server) completed(account string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -273,6 +313,9 @@ func (s *Server) stream(ctx context.Context, sk sink, events [][]byte, v *verdic
 			ref.finish(http.StatusOK, OutcomeFailed, s.cfg.Now())
 		}
 		if err := sk.send(sctx, ev); err != nil {
+			if typ == wire.EventResponseCompleted {
+				s.noteUndelivered(ref)
+			}
 			return OutcomeGone
 		}
 	}

@@ -44,6 +44,10 @@ type Server struct {
 	goals         map[goalKey]json.RawMessage
 	promptCache   map[cacheKey]int
 	conns         map[*wsConn]struct{}
+	// undelivered sums, by prompt_cache_key, the usage of responses the
+	// sim completed (and counted) but could not write the completion of:
+	// their client had gone.
+	undelivered map[string]RecordUsage
 }
 
 type goalKey struct{ account, thread string }
