@@ -56,8 +56,12 @@ type laneSource struct {
 	// mu guards what the client's going sets in motion against this
 	// source's reads: the timers touch the lane only while a read of this
 	// source is under way, never once the request has let the lane go.
-	mu      sync.Mutex
-	reading bool      // guarded by mu: Next or Arrived reads the lane
+	mu sync.Mutex
+	// reading is set while Next or Arrived reads the lane; the timers read
+	// it under mu. Until the client has gone (went) no timer is armed, so
+	// the per-event path sets it without the lock.
+	reading atomic.Bool
+	went    atomic.Bool
 	hungUp  bool      // guarded by mu: the lane was hung up (or closed)
 	wentAt  time.Time // guarded by mu: when the client was seen gone (zero: not yet)
 	// hang hangs the lane up hangUpAfter after the client went, when a
@@ -118,9 +122,16 @@ func (s *laneSource) Next(ctx context.Context, idle time.Duration) ([]byte, erro
 	return data, err
 }
 
+// setReading marks a read of this source under way or over. Once the
+// client has gone it takes mu, so that after a read is marked over no
+// timer touches the lane (the request may let it go next).
 func (s *laneSource) setReading(on bool) {
+	if !s.went.Load() {
+		s.reading.Store(on)
+		return
+	}
 	s.mu.Lock()
-	s.reading = on
+	s.reading.Store(on)
 	s.mu.Unlock()
 }
 
@@ -132,6 +143,7 @@ func (s *laneSource) clientWent() {
 	first := s.wentAt.IsZero()
 	if first {
 		s.wentAt = time.Now()
+		s.went.Store(true)
 	}
 	s.mu.Unlock()
 	if first {
@@ -144,7 +156,7 @@ func (s *laneSource) clientWent() {
 func (s *laneSource) hangUpIfReading() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.reading {
+	if s.reading.Load() {
 		s.hangUpLocked()
 	}
 }
@@ -165,7 +177,7 @@ func (s *laneSource) hangUpLocked() {
 func (s *laneSource) interruptIfReading() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.reading {
+	if s.reading.Load() {
 		s.hungUp = true
 		s.l.Interrupt()
 	}
@@ -248,7 +260,7 @@ func (s *laneSource) Arrived() ([]byte, bool) {
 	if gone >= hangUpAfter {
 		s.hangUpLocked()
 	}
-	s.reading = true
+	s.reading.Store(true)
 	s.mu.Unlock()
 	defer s.setReading(false)
 	left := hearOutFor - gone
