@@ -23,6 +23,7 @@ import (
 	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/relay/sim"
 	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // smallBuffers makes every accepted connection's send buffer small, so a
@@ -212,7 +213,14 @@ func TestWebSocketKeepsReadingWhileAResponseStreams(t *testing.T) {
 		b, _ := json.Marshal(msg)
 		require.NoError(t, c.conn.Write(ctx, websocket.MessageText, b))
 	}
-	send("slow [[sim:delay 1s]]")
+	send("slow [[sim:events 6]] [[sim:gap 250ms]]")
+	// The first event says the session took the request off its queue
+	// (else the queue would hold it beside the ones below, and the split
+	// between queued and refused would depend on the scheduler).
+	_, first, err := c.conn.Read(ctx)
+	require.NoError(t, err)
+	typ, _ := wire.EventType(first)
+	require.NotEmpty(t, typ, "an event of the first response")
 	// Codex sends one request at a time; a client that sends more while one
 	// streams has them queued, up to a bound.
 	for range 6 {
@@ -247,7 +255,7 @@ func TestWebSocketKeepsReadingWhileAResponseStreams(t *testing.T) {
 	n := <-got
 	assert.Equal(t, 5, n.completed, "the streaming request and four queued ones")
 	assert.Equal(t, 2, n.refused, "past the bound the client is told to wait")
-	typ, _ := lastEvent(c.turn(responseRequest("and the connection still serves")))
+	typ, _ = lastEvent(c.turn(responseRequest("and the connection still serves")))
 	assert.Equal(t, "response.completed", typ)
 }
 
