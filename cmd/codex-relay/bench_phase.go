@@ -81,6 +81,11 @@ type benchRow struct {
 	PeakGoroutines int   `json:"peak_goroutines"`
 }
 
+// busyProfileAfter is how long past the ramp -busyprofile's heap profile
+// is written: every session has started its turn, and a paced one is
+// still streaming.
+const busyProfileAfter = time.Second
+
 // phase runs the workload against one target over one transport and
 // measures it: memory settled at the start, then CPU, wall time and
 // allocations from the first session's start to the last one's end.
@@ -109,11 +114,31 @@ func (e *benchEnv) phase(ctx context.Context, targetName string, compression rel
 	clock := startCPUClock()
 	start := time.Now()
 
+	var busy *time.Timer
+	profiled := make(chan error, 1)
+	if o.busyProfile != "" && targetName == o.targets[len(o.targets)-1] && transport == o.transports[len(o.transports)-1] {
+		busy = time.AfterFunc(o.ramp+busyProfileAfter, func() {
+			runtime.GC() // the profile's in-use figures are the last collection's
+			err := writeHeapProfile(o.busyProfile)
+			if err == nil {
+				err = writeGoroutines(o.busyProfile + ".goroutines")
+			}
+			profiled <- err
+		})
+	}
 	var samples []turnSample
 	var errs []error
 	pprof.Do(ctx, pprof.Labels("component", "client"), func(ctx context.Context) {
 		samples, errs = runWorkload(ctx, client, target, transport, o)
 	})
+	if busy != nil {
+		if busy.Stop() {
+			return row, fmt.Errorf("bench: -busyprofile: the %s phase ended before it was %s past the ramp", targetName, busyProfileAfter)
+		}
+		if err := <-profiled; err != nil {
+			return row, err
+		}
+	}
 
 	row.Seconds = time.Since(start).Seconds()
 	user, sys, cpuOK := clock.elapsed()
@@ -363,6 +388,21 @@ func (e *benchEnv) idlePhase(ctx context.Context, targetName string, compression
 
 // writeHeapProfile writes the memory in use now (as of the last
 // collection) to path.
+// writeGoroutines writes every goroutine's stack to path, as a panic
+// prints them: where each session waits, and (with the binary's frame
+// sizes) how deep its stack is.
+func writeGoroutines(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("goroutine").WriteTo(f, 2); err != nil {
+		return fmt.Errorf("bench: goroutine dump: %w", err)
+	}
+	return f.Close()
+}
+
 func writeHeapProfile(path string) error {
 	f, err := os.Create(path)
 	if err != nil {

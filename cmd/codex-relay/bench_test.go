@@ -244,6 +244,28 @@ func TestBenchPrewarm(t *testing.T) {
 	}
 }
 
+// -busyprofile writes the heap and the goroutines while the relay's
+// sessions are mid-turn; a phase too short for that is an error, not a
+// profile of something else.
+func TestBenchBusyProfile(t *testing.T) {
+	t.Parallel()
+	heap := filepath.Join(t.TempDir(), "busy")
+	base := []string{"bench", "-targets", "relay", "-transport", "ws", "-conversations", "2", "-turns", "1", "-accounts", "1", "-busyprofile", heap}
+	_, errOut, err := runCLI(t, cliEnv{}, append(base, "-deltas", "15", "-pace", "100ms")...)
+	require.NoError(t, err, errOut)
+	fi, err := os.Stat(heap)
+	require.NoError(t, err)
+	assert.Positive(t, fi.Size())
+	stacks, err := os.ReadFile(heap + ".goroutines")
+	require.NoError(t, err)
+	assert.Contains(t, string(stacks), "relay.(*Server).pump(", "taken while the sessions streamed")
+
+	_, _, err = runCLI(t, cliEnv{}, append(base, "-words", "3")...)
+	assert.ErrorContains(t, err, "ended before it was 1s past the ramp")
+	_, _, err = runCLI(t, cliEnv{}, "bench", "-idle", "2", "-busyprofile", heap)
+	assert.ErrorContains(t, err, "-busyprofile is for the turn workload")
+}
+
 // The text report is the issue's table; -help documents the flags; the
 // profiles asked for are written.
 func TestBenchTableHelpAndProfiles(t *testing.T) {
@@ -269,7 +291,7 @@ func TestBenchTableHelpAndProfiles(t *testing.T) {
 
 	_, errOut, err = runCLI(t, cliEnv{}, "bench", "-help")
 	require.ErrorIs(t, err, flag.ErrHelp)
-	for _, f := range []string{"-conversations", "-turns", "-words", "-deltas", "-pace", "-paced", "-ramp", "-burst", "-idle", "-idle-hold", "-idleprofile",
+	for _, f := range []string{"-conversations", "-turns", "-words", "-deltas", "-pace", "-paced", "-ramp", "-burst", "-idle", "-idle-hold", "-idleprofile", "-busyprofile",
 		"-accounts", "-transport", "-targets", "-client-deflate", "-json", "-cpuprofile", "-memprofile", "-mutexprofile", "-blockprofile", "-database-url"} {
 		assert.Regexp(t, `(?m)^  `+f+`\b`, errOut)
 	}
