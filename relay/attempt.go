@@ -31,7 +31,7 @@ type attemptResult struct {
 // attempt tries plan p on ch's account and forwards the answer to cl: over
 // the client's upstream lane when it has one and the account speaks
 // WebSocket, else as a plain HTTP request.
-func (s *Server) attempt(ctx context.Context, r *request, p plan, ch choice, cl clientStream) attemptResult {
+func (s *Server) attempt(ctx context.Context, r *request, p plan, ch *choice, cl clientStream) attemptResult {
 	if ch.claim == nil {
 		ch.claim = s.inFlight(ch.target.Account.ID)
 	}

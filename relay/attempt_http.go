@@ -20,7 +20,7 @@ const maxErrorBody = 1 << 20
 // route). A chained request continuity can rebuild goes in full, so it is
 // served wherever it lands; a prewarm is answered by the relay itself, since
 // an HTTP upstream would generate.
-func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch choice, cl clientStream, h *head) attemptResult {
+func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch *choice, cl clientStream, h *head) attemptResult {
 	acct := ch.target.Account.ID
 	if r.prewarm() {
 		return s.answerPrewarm(ctx, r, ch, cl, h)
@@ -123,7 +123,7 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch choice,
 // answerPrewarm answers a WebSocket prewarm (generate: false) on an account
 // served over HTTP: the relay issues the response id Codex chains its next
 // request on, and remembers the input under it.
-func (s *Server) answerPrewarm(ctx context.Context, r *request, ch choice, cl clientStream, h *head) attemptResult {
+func (s *Server) answerPrewarm(ctx context.Context, r *request, ch *choice, cl clientStream, h *head) attemptResult {
 	id := "resp_relay_" + r.id
 	tr := &tracker{responseID: id}
 	h.tr = tr

@@ -28,7 +28,7 @@ const httpOnlyFor = 10 * time.Minute
 // history every time), else the full request. done is false when the
 // attempt must go as HTTP instead: the upstream has no WebSocket endpoint,
 // or the message is larger than a lane takes.
-func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch choice, cl clientStream, h *head, key bridge.Key) (res attemptResult, done bool) {
+func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch *choice, cl clientStream, h *head, key bridge.Key) (res attemptResult, done bool) {
 	acct := ch.target.Account.ID
 	now := s.cfg.Now()
 	if !p.known() && !s.pool.Holds(key, acct, p.prev) {

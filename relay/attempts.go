@@ -68,7 +68,7 @@ func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
 			p.recovery = RecoveryFailover
 		}
 		started := s.cfg.Now()
-		res := s.attempt(ctx, r, p, ch, cl)
+		res := s.attempt(ctx, r, p, &ch, cl)
 		if res.facts.Status == http.StatusUnauthorized && !res.facts.Committed {
 			res.facts.Refreshed = s.refreshAfter401(ctx, ch.target, refreshed)
 		}

@@ -259,6 +259,78 @@ func TestWebSocketKeepsReadingWhileAResponseStreams(t *testing.T) {
 	assert.Equal(t, "response.completed", typ)
 }
 
+// A client may send its first message right behind its handshake, before
+// the 101 reaches it: net/http then holds that frame in its buffer when the
+// connection is hijacked, and the session reads it first.
+func TestAFrameSentBehindTheHandshakeIsServed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	msg := map[string]any{"type": "response.create"}
+	for k, v := range responseRequest("sent with the handshake") {
+		msg[k] = v
+	}
+	payload, _ := json.Marshal(msg)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &pipelining{Conn: c, frame: maskedTextFrame(payload)}, nil
+	}
+	hdr := http.Header{"Thread-Id": {rootT}, "Session-Id": {sessionS}, "Openai-Beta": {"responses_websockets=2026-02-06"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	url := "ws" + strings.TrimPrefix(h.codexBaseURL(), "http") + "/responses"
+	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: hdr,
+		HTTPClient: &http.Client{Transport: &http.Transport{DialContext: dial}}})
+	require.NoError(t, err)
+	defer conn.CloseNow()
+	c := &wsClient{t: t, conn: conn}
+	typ, _ := lastEvent(c.events(ctx))
+	assert.Equal(t, "response.completed", typ, "the frame sent with the handshake was served")
+	typ, _ = lastEvent(c.turn(responseRequest("and the next one")))
+	assert.Equal(t, "response.completed", typ)
+	assert.Len(t, h.responseRecords(rootT), 2)
+}
+
+// pipelining sends frame in the same write as the handshake request.
+type pipelining struct {
+	net.Conn
+	frame []byte
+}
+
+func (c *pipelining) Write(p []byte) (int, error) {
+	if c.frame == nil {
+		return c.Conn.Write(p)
+	}
+	b := append(append([]byte(nil), p...), c.frame...)
+	c.frame = nil
+	if _, err := c.Conn.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// maskedTextFrame is one final text frame as a client sends it (masked,
+// uncompressed).
+func maskedTextFrame(payload []byte) []byte {
+	f := []byte{0x81}
+	switch n := len(payload); {
+	case n < 126:
+		f = append(f, 0x80|byte(n))
+	case n < 1<<16:
+		f = append(f, 0x80|126, byte(n>>8), byte(n))
+	default:
+		panic("test frame too large")
+	}
+	key := [4]byte{0x1f, 0x2e, 0x3d, 0x4c}
+	f = append(f, key[:]...)
+	for i, b := range payload {
+		f = append(f, b^key[i%4])
+	}
+	return f
+}
+
 // A request larger than an upstream WebSocket takes is served over plain
 // HTTP on the same account, from an HTTP client of a thread (the bridge)
 // and from a WebSocket client alike; no other account is spent on it.

@@ -52,7 +52,7 @@ func BenchmarkForwardEvent(b *testing.B) {
 		cl := s.newSSEClient(&discardWriter{h: http.Header{}})
 		cl.r = r
 		h := &head{}
-		end := s.pump(ctx, r, "acc_bench", src, cl, h, func(tr *tracker) { s.settle(ctx, r, ch, h, tr, nil) })
+		end := s.pump(ctx, r, "acc_bench", src, cl, h, func(tr *tracker) { s.settle(ctx, r, &ch, h, tr, nil) })
 		if !end.facts.Completed {
 			b.Fatalf("stream ended %+v", end.facts)
 		}
@@ -75,7 +75,7 @@ func TestForwardingAllocatesNothingPerEvent(t *testing.T) {
 		cl := s.newSSEClient(&discardWriter{h: http.Header{}})
 		cl.r = r
 		h := &head{}
-		end := s.pump(ctx, r, "acc_allocs", src, cl, h, func(tr *tracker) { s.settle(ctx, r, ch, h, tr, nil) })
+		end := s.pump(ctx, r, "acc_allocs", src, cl, h, func(tr *tracker) { s.settle(ctx, r, &ch, h, tr, nil) })
 		if !end.facts.Completed {
 			t.Fatalf("stream ended %+v", end.facts)
 		}

@@ -230,6 +230,12 @@ func (c *wsClient) turn(body map[string]any) []map[string]any {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(c.t, c.conn.Write(ctx, websocket.MessageText, b))
+	return c.events(ctx)
+}
+
+// events reads events until a terminal one.
+func (c *wsClient) events(ctx context.Context) []map[string]any {
+	c.t.Helper()
 	var events []map[string]any
 	for {
 		_, data, err := c.conn.Read(ctx)

@@ -19,7 +19,7 @@ import (
 // nothing is remembered; a compaction's answer replaces the history with the
 // compacted one), the binding plan and fresh soft rows, and an account that
 // served again after its reset.
-func (s *Server) settle(ctx context.Context, r *request, ch choice, h *head, tr *tracker, input []json.RawMessage) {
+func (s *Server) settle(ctx context.Context, r *request, ch *choice, h *head, tr *tracker, input []json.RawMessage) {
 	ctx, cancel := storeWriteContext(ctx)
 	defer cancel()
 	acct := ch.target.Account.ID

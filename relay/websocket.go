@@ -1,14 +1,18 @@
 package relay
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -54,33 +58,53 @@ type wsSession struct {
 }
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
 	cl, ident, ok := s.admitIdentified(w, r)
 	if !ok {
 		return
 	}
 	s.sessions.Add(1)
-	defer s.sessions.Done()
 	if s.Draining() {
+		s.sessions.Done()
 		writeError(w, http.StatusServiceUnavailable, apiError{Type: wire.TypeServerError, Code: "shutting_down", Message: "the relay is shutting down"})
 		return
 	}
 	c := s.cfg.ClientCompression
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: c.websocketMode(), CompressionThreshold: c.threshold()})
+	conn, err := websocket.Accept(smallHijack{w}, r, &websocket.AcceptOptions{CompressionMode: c.websocketMode(), CompressionThreshold: c.threshold()})
 	if err != nil {
+		s.sessions.Done()
 		return // Accept has answered the client
 	}
+	ws := &wsSession{s: s, conn: conn, id: store.NewID("ws", s.cfg.Now()), client: cl, ident: ident,
+		header: r.Header.Clone(), path: r.URL.Path, writes: writeGuard{timeout: s.cfg.ClientWriteTimeout, onStuck: func() { conn.CloseNow() }}} // a client that stopped reading is let go
+	// The session runs on its own goroutine, and the handler returns: the
+	// connection is hijacked, so net/http has nothing left to do with it,
+	// and what it holds for a request (its buffers, the request, the
+	// response, the handler's frames) is freed instead of living as long
+	// as the session. The request's context ends when the handler returns;
+	// its values stay.
+	go ws.serveSession(context.WithoutCancel(r.Context()))
+}
+
+// serveSession serves the session until it ends, then closes the
+// connection. A panic ends this session only, as net/http would have
+// ended the connection of a handler that panicked.
+func (ws *wsSession) serveSession(ctx context.Context) {
+	s, conn := ws.s, ws.conn
+	defer s.sessions.Done()
 	defer conn.CloseNow()
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("websocket session panicked", "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
 	// The session ends with its client or with the relay.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(s.closing, cancel)
 	defer stop()
 	conn.SetReadLimit(MaxMessageBytes)
-	ws := &wsSession{s: s, conn: conn, id: store.NewID("ws", s.cfg.Now()), client: cl, ident: ident,
-		header: r.Header.Clone(), path: r.URL.Path, writes: writeGuard{timeout: s.cfg.ClientWriteTimeout, onStuck: func() { conn.CloseNow() }}} // a client that stopped reading is let go
 	defer s.pool.Drop(ws.laneKey())
-	err = ws.run(ctx)
+	err := ws.run(ctx)
 	if s.closing.Err() != nil {
 		conn.Close(websocket.StatusGoingAway, "relay shutting down")
 		return
@@ -92,6 +116,57 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug("websocket session ended", "err", err)
 	}
 	conn.Close(websocket.StatusNormalClosure, "")
+}
+
+// Buffer sizes of a client WebSocket's hijacked connection. net/http's are
+// 4 KiB each; a session's messages are mostly events of a few hundred
+// bytes, and anything larger than a buffer goes to or from the connection
+// directly (bufio copies only what does not fill it), so smaller buffers
+// cost a large message a second system call, not a copy.
+const (
+	clientReadBuffer  = 1 << 10
+	clientWriteBuffer = 2 << 10
+)
+
+// smallHijack hands websocket.Accept the hijacked connection with buffers
+// of its own size (clientReadBuffer, clientWriteBuffer) instead of
+// net/http's: those would live as long as the session.
+type smallHijack struct{ http.ResponseWriter }
+
+func (h smallHijack) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+func (h smallHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Flush(); err != nil { // net/http flushed the 101; nothing should be left
+		conn.Close()
+		return nil, nil, err
+	}
+	if n := brw.Reader.Buffered(); n > 0 {
+		// Bytes the client sent right behind its handshake: the connection
+		// gives them first (Accept reads the connection itself, past
+		// whatever it finds buffered).
+		b, _ := brw.Reader.Peek(n)
+		conn = &prefixedConn{Conn: conn, pre: bytes.Clone(b)}
+	}
+	return conn, bufio.NewReadWriter(bufio.NewReaderSize(conn, clientReadBuffer), bufio.NewWriterSize(conn, clientWriteBuffer)), nil
+}
+
+// prefixedConn reads pre before the connection.
+type prefixedConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *prefixedConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 // laneKey is the connection's own lane: the thread's, on this connection.
