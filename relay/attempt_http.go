@@ -33,8 +33,12 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch *choice
 	if r.transport == "ws" {
 		res.detail = "http: the upstream speaks HTTP only, or the request is too large for its WebSocket"
 	}
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The upstream's request outlives its client by hangUpAfter: what the
+	// upstream sent before it saw the client go is still read (see
+	// httpSource.Arrived).
+	hang := newHangUp(ctx, hangUpAfter)
+	defer hang.end()
+	actx, cancel := hang.ctx, hang.cancel
 	var answer answerDeadline
 	pctx := actx
 	if r.sub == "" {
@@ -116,7 +120,7 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch *choice
 		h.decideTurnState(r, cl)
 		s.settle(ctx, r, ch, h, tr, input)
 	}
-	end := s.pump(ctx, r, acct, newHTTPSource(resp.Body, cancel), cl, h, settle)
+	end := s.pump(ctx, r, acct, newHTTPSource(resp.Body, hang), cl, h, settle)
 	return res.finish(end)
 }
 

@@ -48,7 +48,7 @@ func BenchmarkForwardEvent(b *testing.B) {
 	b.SetBytes(int64(len(stream)) / (deltas + 4))
 	b.ResetTimer()
 	for i := 0; i < b.N; i += deltas + 4 {
-		src := newHTTPSource(bytes.NewReader(stream), func() {})
+		src := newHTTPSource(bytes.NewReader(stream), newHangUp(context.Background(), hangUpAfter))
 		cl := s.newSSEClient(&discardWriter{h: http.Header{}})
 		cl.r = r
 		h := &head{}
@@ -71,7 +71,7 @@ func TestForwardingAllocatesNothingPerEvent(t *testing.T) {
 	ch := choice{target: target{Account: store.Account{ID: "acc_allocs"}}}
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(5, func() {
-		src := newHTTPSource(bytes.NewReader(stream), func() {})
+		src := newHTTPSource(bytes.NewReader(stream), newHangUp(context.Background(), hangUpAfter))
 		cl := s.newSSEClient(&discardWriter{h: http.Header{}})
 		cl.r = r
 		h := &head{}

@@ -301,12 +301,15 @@ func (s *laneSource) stop() {
 type httpSource struct {
 	r       *wire.SSEReader
 	cancel  context.CancelFunc
+	hang    *hangUp
 	t       *time.Timer
 	stalled atomic.Bool // set by the deadline's timer goroutine
 }
 
-func newHTTPSource(body io.Reader, cancel context.CancelFunc) *httpSource {
-	return &httpSource{r: wire.NewSSEReader(body, 0, 0), cancel: cancel}
+// newHTTPSource reads body, the answer to a request made under hang's
+// context (see newHangUp).
+func newHTTPSource(body io.Reader, hang *hangUp) *httpSource {
+	return &httpSource{r: wire.NewSSEReader(body, 0, 0), cancel: hang.cancel, hang: hang}
 }
 
 func (s *httpSource) Next(ctx context.Context, idle time.Duration) ([]byte, error) {
@@ -327,14 +330,56 @@ func (s *httpSource) Next(ctx context.Context, idle time.Duration) ([]byte, erro
 	return nil, err
 }
 
-// Arrived reports nothing: a client's hang-up cancels the upstream HTTP
-// request, whose connection serves no other request meanwhile.
-func (s *httpSource) Arrived() ([]byte, bool) { return nil, false }
+// Arrived reads the next event as the lane's does once the client went:
+// the request is cancelled hangUpAfter after the client was seen gone (an
+// HTTP request has no half-close), and whatever arrives before that, a
+// completion already on its way above all, is read.
+func (s *httpSource) Arrived() ([]byte, bool) {
+	s.hang.arm()
+	ev, err := s.r.Next()
+	if err != nil {
+		return nil, false
+	}
+	return ev.Data, true
+}
 
 func (s *httpSource) stop() {
 	if s.t != nil {
 		s.t.Stop()
 	}
+}
+
+// hangUp is an upstream HTTP request's way to end once its client has
+// gone: not at once, which would throw away an answer already in the
+// connection's buffers (the upstream bills it; the relay would never see
+// its usage), but hangUpAfter later. Its context is the request's.
+type hangUp struct {
+	ctx       context.Context
+	cancel    context.CancelFunc
+	after     time.Duration
+	once      sync.Once
+	stopWatch func() bool
+}
+
+// newHangUp makes the context of an upstream request made for a client
+// whose context is client: it keeps client's values, and ends after (the
+// relay's: hangUpAfter) once client has ended, or at end.
+func newHangUp(client context.Context, after time.Duration) *hangUp {
+	h := &hangUp{after: after}
+	h.ctx, h.cancel = context.WithCancel(context.WithoutCancel(client))
+	h.stopWatch = context.AfterFunc(client, h.arm)
+	return h
+}
+
+// arm cancels the request h.after from now, once.
+func (h *hangUp) arm() {
+	h.once.Do(func() { time.AfterFunc(h.after, h.cancel) })
+}
+
+// end cancels the request now.
+func (h *hangUp) end() {
+	h.stopWatch()
+	h.cancel()
 }
 
 // pumpEnd is how one attempt's stream ended: the facts for classify, and

@@ -3,7 +3,10 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"syscall"
 	"testing"
 	"time"
@@ -50,13 +53,17 @@ func (s *scriptedSource) stop() {}
 // hangingUpClient takes events until the one named gone, whose write fails
 // as a write to a closed connection does.
 type hangingUpClient struct {
-	gone string
-	got  []string
+	gone   string
+	onGone func() // called as the write of gone fails (nil: nothing)
+	got    []string
 }
 
 func (c *hangingUpClient) lane(*request) (bridge.Key, bool) { return bridge.Key{}, false }
 func (c *hangingUpClient) send(_ *head, typ string, _ []byte) error {
 	if typ == c.gone {
+		if c.onGone != nil {
+			c.onGone()
+		}
 		return syscall.EPIPE
 	}
 	c.got = append(c.got, typ)
@@ -139,4 +146,55 @@ func TestClientGoneKeepsTheLaneOnlyWhenTheUpstreamHadFinished(t *testing.T) {
 			assert.NotContains(t, cl.got, wire.EventResponseCompleted, "the client never heard the end")
 		})
 	}
+}
+
+// An upstream HTTP request outlives a client that hangs up by hangUpAfter:
+// what the upstream sends in that time, its completion above all, is read
+// and settled instead of thrown away with a request cancelled at once (the
+// upstream bills what it sent).
+func TestHTTPUpstreamAnswerInFlightWhenTheClientGoesIsSettled(t *testing.T) {
+	t.Parallel()
+	clientWent := make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range streamEnding(wire.EventResponseCompleted) {
+			typ, _ := wire.EventType(ev)
+			if typ == wire.EventResponseCompleted {
+				// The completion leaves as the client goes.
+				select {
+				case <-clientWent:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, ev)
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done() // the connection stays open until the relay ends the request
+	}))
+	t.Cleanup(upstream.Close)
+
+	s := New(Config{DisableBridge: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The test's grace is long, so a loaded machine cannot miss it.
+	hang := newHangUp(ctx, time.Minute)
+	defer hang.end()
+	req, err := http.NewRequestWithContext(hang.ctx, http.MethodPost, upstream.URL, nil)
+	require.NoError(t, err)
+	resp, err := upstream.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	// The client goes as the text reaches it: its write fails, and its
+	// context ends.
+	cl := &hangingUpClient{gone: wire.EventOutputTextDone, onGone: func() { cancel(); close(clientWent) }}
+	r := &request{id: "req_test", start: time.Now(), transport: "http"}
+	settles := 0
+	end := s.pump(ctx, r, "acc_a", newHTTPSource(resp.Body, hang), cl, &head{}, func(*tracker) { settles++ })
+
+	assert.True(t, end.facts.Cancelled, "a cancellation")
+	assert.False(t, end.broken, "the upstream's answer was complete")
+	assert.Equal(t, 1, settles, "the completion the client never heard is settled")
+	assert.True(t, end.tr.usage, "its usage counts")
+	assert.NoError(t, hang.ctx.Err(), "the request is ended by its attempt, or hangUpAfter after the client went")
 }
