@@ -124,7 +124,7 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	fs.IntVar(&o.idle, "idle", 0, "instead of the turn workload, open this many WebSocket sessions on each target (one turn each, then held open idle with their upstream lanes) and report memory per session")
 	fs.DurationVar(&o.idleHold, "idle-hold", 2*time.Second, "with -idle: how long the idle sessions stay open before memory is read")
 	fs.StringVar(&o.idleProfile, "idleprofile", "", "with -idle: write a heap profile (memory in use) to this file while the last target's sessions are held open (go tool pprof -sample_index inuse_space)")
-	fs.StringVar(&o.busyProfile, "busyprofile", "", "write a heap profile (memory in use, after a collection) to this file while the last target's sessions are mid-turn: 1s after the -ramp, in the last transport's phase (go tool pprof -sample_index inuse_space); every goroutine's stack goes beside it, in FILE.goroutines")
+	fs.StringVar(&o.busyProfile, "busyprofile", "", "write a heap profile (memory in use, after a collection) to this file while the last target's sessions are mid-turn: 1s after the -ramp, in the last transport's phase (go tool pprof -sample_index inuse_space); every goroutine's stack goes beside it, in FILE.goroutines; with -soak: FILE-mid and FILE-end, at two fifths and at the end of the run (go tool pprof -diff_base FILE-mid FILE-end: what the live heap grew by)")
 	fs.IntVar(&o.accounts, "accounts", 4, fmt.Sprintf("simulated accounts in the relay's pool (the relay opens at most %d lanes per account: give at least sessions/%d)", relayLanesPerAccount, relayLanesPerAccount))
 	transports := fs.String("transport", "http,ws", "transports to measure: http, ws, or both comma-separated")
 	targets := fs.String("targets", "direct,pipe,relay", "targets to measure, comma-separated: direct, pipe, relay (the CPU over direct and the ratios need all three)")
@@ -203,8 +203,8 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	if o.idleProfile != "" && o.idle == 0 {
 		return errors.New("bench: -idleprofile needs -idle")
 	}
-	if o.busyProfile != "" && (o.idle > 0 || o.soak > 0) {
-		return errors.New("bench: -busyprofile is for the turn workload, not -idle or -soak")
+	if o.busyProfile != "" && o.idle > 0 {
+		return errors.New("bench: -busyprofile is for the turn workload or -soak, not -idle")
 	}
 	stopProfiles, err := startProfiles(*cpuProfile, *memProfile, *mutexProfile, *blockProfile, o.idleProfile != "" || o.busyProfile != "")
 	if err != nil {

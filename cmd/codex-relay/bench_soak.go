@@ -221,6 +221,15 @@ type soakSession struct {
 	last      string // how its last turn ended
 }
 
+// firedFault is one fault the sim gave: what penaltyCause needs of its
+// record, and no more (a soak keeps every one; a whole sim.Record is about
+// 700 bytes).
+type firedFault struct {
+	Time    time.Time
+	Account string
+	Fault   sim.FaultKind
+}
+
 // soakRun is one soak's shared state. The counters are guarded by mu.
 type soakRun struct {
 	env   *benchEnv
@@ -239,7 +248,7 @@ type soakRun struct {
 	violations []string
 	upstream   map[string]*soakUsage // by prompt_cache_key (the session)
 	simReqs    map[string]int        // by prompt_cache_key
-	fired      []sim.Record          // records a fault answered
+	fired      []firedFault           // the faults the sim gave, as they went
 	faults     map[string]int
 	penalties  []soakPenalty
 }
@@ -335,6 +344,23 @@ func soak(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (soakRep
 		})
 	})
 
+	if o.busyProfile != "" {
+		// Heap profiles at two fifths and at the end of the run, for
+		// go tool pprof -diff_base: what the live heap grew by between.
+		for _, at := range []struct {
+			name string
+			frac float64
+		}{{"-mid", 0.4}, {"-end", 0.98}} {
+			watchers.Go(func() {
+				if sleepCtx(watchCtx, time.Duration(float64(o.soak)*at.frac)) {
+					runtime.GC()
+					if err := writeHeapProfile(o.busyProfile + at.name); err != nil {
+						r.violate("%v", err)
+					}
+				}
+			})
+		}
+	}
 	end := r.start.Add(o.soak)
 	ramp := min(10*time.Second, o.soak/5)
 	var slots sync.WaitGroup
@@ -725,7 +751,7 @@ func (r *soakRun) drainSim() {
 	for _, rec := range recs {
 		if rec.Fault != "" {
 			r.faults[string(rec.Fault)]++
-			r.fired = append(r.fired, sim.Record{Time: rec.Time, Account: rec.Account, Fault: rec.Fault})
+			r.fired = append(r.fired, firedFault{Time: rec.Time, Account: rec.Account, Fault: rec.Fault})
 		}
 		if rec.Route != sim.RouteResponses || rec.Kind == sim.RecordHandshake || rec.PromptCacheKey == "" {
 			continue
@@ -993,7 +1019,7 @@ func (r *soakRun) checkPenalties(rep *soakReport) {
 // (its sim id) that puts an account in p's status, fired before p was set
 // (a second of slack for the clocks' reading), or "" when none explains
 // it. Pure.
-func penaltyCause(p soakPenalty, label string, fired []sim.Record) string {
+func penaltyCause(p soakPenalty, label string, fired []firedFault) string {
 	for _, f := range fired {
 		if f.Account == label && slices.Contains(penaltyCauses[store.Status(p.Status)], f.Fault) && !f.Time.After(p.At.Add(time.Second)) {
 			return string(f.Fault)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,8 +21,9 @@ import (
 // explained. (Not parallel: it counts the process's goroutines and
 // sockets.)
 func TestBenchSoak(t *testing.T) {
+	heap := filepath.Join(t.TempDir(), "heap")
 	out, errOut, err := runCLI(t, cliEnv{}, "bench", "-soak", "12s", "-conversations", "40", "-accounts", "6",
-		"-fault-rate", "0.4", "-client-fault-rate", "0.15", "-prewarm", "-json")
+		"-fault-rate", "0.4", "-client-fault-rate", "0.15", "-prewarm", "-busyprofile", heap, "-json")
 	var rep soakReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), "%s\n%s", out, errOut)
 	require.NoError(t, err, "violations: %q", rep.Violations)
@@ -48,13 +51,19 @@ func TestBenchSoak(t *testing.T) {
 	assert.LessOrEqual(t, rep.Goroutines[1], rep.Goroutines[0])
 	assert.LessOrEqual(t, rep.OpenSockets[1], rep.OpenSockets[0])
 	assert.NotEmpty(t, rep.Memory)
+	for _, name := range []string{heap + "-mid", heap + "-end"} {
+		fi, err := os.Stat(name)
+		if assert.NoError(t, err, "-busyprofile writes two heap profiles") {
+			assert.Positive(t, fi.Size())
+		}
+	}
 }
 
 // A penalty is explained only by a fault of its own account, of a kind
 // that sets its status, fired before it.
 func TestSoakPenaltyCause(t *testing.T) {
 	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	fired := []sim.Record{
+	fired := []firedFault{
 		{Account: "bench-1", Fault: sim.FaultServerError, Time: at.Add(-time.Second)},
 		{Account: "bench-2", Fault: sim.FaultUsageLimit, Time: at.Add(-time.Second)},
 		{Account: "bench-1", Fault: sim.FaultUsageLimit, Time: at.Add(5 * time.Second)},

@@ -263,7 +263,7 @@ func TestBenchBusyProfile(t *testing.T) {
 	_, _, err = runCLI(t, cliEnv{}, append(base, "-words", "3")...)
 	assert.ErrorContains(t, err, "ended before it was 1s past the ramp")
 	_, _, err = runCLI(t, cliEnv{}, "bench", "-idle", "2", "-busyprofile", heap)
-	assert.ErrorContains(t, err, "-busyprofile is for the turn workload")
+	assert.ErrorContains(t, err, "-busyprofile is for the turn workload or -soak")
 }
 
 // The text report is the table; -help documents the flags; the
