@@ -293,6 +293,36 @@ func TestAFrameSentBehindTheHandshakeIsServed(t *testing.T) {
 	assert.Len(t, h.responseRecords(rootT), 2)
 }
 
+// A WebSocket session does not hold its upgrade request's handler: the
+// handler returns once the connection is hijacked (net/http then frees what
+// it kept for the request), and the session goes on serving turns.
+func TestAWebSocketSessionOutlivesItsHandler(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	returned := make(chan struct{}, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.relay.ServeHTTP(w, r)
+		returned <- struct{}{}
+	}))
+	t.Cleanup(ts.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hdr := http.Header{"Thread-Id": {rootT}, "Session-Id": {sessionS}, "Openai-Beta": {"responses_websockets=2026-02-06"}}
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+"/backend-api/codex/responses", &websocket.DialOptions{HTTPHeader: hdr})
+	require.NoError(t, err)
+	defer conn.CloseNow()
+	select {
+	case <-returned:
+	case <-ctx.Done():
+		t.Fatal("the upgrade's handler is still running while its session is open")
+	}
+	c := &wsClient{t: t, conn: conn}
+	for _, prompt := range []string{"first", "second"} {
+		typ, _ := lastEvent(c.turn(responseRequest(prompt)))
+		assert.Equal(t, "response.completed", typ, "the session serves after its handler returned")
+	}
+}
+
 // pipelining sends frame in the same write as the handshake request.
 type pipelining struct {
 	net.Conn
