@@ -367,15 +367,7 @@ func startProfiles(cpuPath, memPath, mutexPath, blockPath string, heap bool) (st
 		if path == "" {
 			return nil
 		}
-		f, err := os.Create(path)
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.Lookup(profile).WriteTo(f, 0); err != nil {
-			return fmt.Errorf("bench: %s profile: %w", profile, err)
-		}
-		return f.Close()
+		return writeProfile(path, profile, 0)
 	}
 	return func() error {
 		var errs []error

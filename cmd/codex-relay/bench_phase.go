@@ -388,29 +388,23 @@ func (e *benchEnv) idlePhase(ctx context.Context, targetName string, compression
 
 // writeHeapProfile writes the memory in use now (as of the last
 // collection) to path.
+func writeHeapProfile(path string) error { return writeProfile(path, "heap", 0) }
+
 // writeGoroutines writes every goroutine's stack to path, as a panic
 // prints them: where each session waits, and (with the binary's frame
 // sizes) how deep its stack is.
-func writeGoroutines(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	defer f.Close()
-	if err := pprof.Lookup("goroutine").WriteTo(f, 2); err != nil {
-		return fmt.Errorf("bench: goroutine dump: %w", err)
-	}
-	return f.Close()
-}
+func writeGoroutines(path string) error { return writeProfile(path, "goroutine", 2) }
 
-func writeHeapProfile(path string) error {
+// writeProfile writes the runtime profile name to path (debug as
+// pprof.Profile.WriteTo takes it).
+func writeProfile(path, name string, debug int) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer f.Close()
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		return fmt.Errorf("bench: heap profile: %w", err)
+	if err := pprof.Lookup(name).WriteTo(f, debug); err != nil {
+		return fmt.Errorf("bench: %s profile: %w", name, err)
 	}
 	return f.Close()
 }
