@@ -248,7 +248,7 @@ type soakRun struct {
 	violations []string
 	upstream   map[string]*soakUsage // by prompt_cache_key (the session)
 	simReqs    map[string]int        // by prompt_cache_key
-	fired      []firedFault           // the faults the sim gave, as they went
+	fired      []firedFault          // the faults the sim gave, as they went
 	faults     map[string]int
 	penalties  []soakPenalty
 }
