@@ -296,12 +296,11 @@ func (s *laneSource) stop() {
 }
 
 // httpSource reads an upstream's HTTP/SSE answer in the caller's goroutine.
-// Its idle deadline cancels the upstream request (cancel), which ends a
-// blocked read.
+// Its idle deadline cancels the upstream request (hang.cancel), which ends
+// a blocked read.
 type httpSource struct {
 	r       *wire.SSEReader
-	cancel  context.CancelFunc
-	hang    *hangUp
+	hang    *hangUp // its cancel ends the upstream request
 	t       *time.Timer
 	stalled atomic.Bool // set by the deadline's timer goroutine
 }
@@ -309,12 +308,12 @@ type httpSource struct {
 // newHTTPSource reads body, the answer to a request made under hang's
 // context (see newHangUp).
 func newHTTPSource(body io.Reader, hang *hangUp) *httpSource {
-	return &httpSource{r: wire.NewSSEReader(body, 0, 0), cancel: hang.cancel, hang: hang}
+	return &httpSource{r: wire.NewSSEReader(body, 0, 0), hang: hang}
 }
 
 func (s *httpSource) Next(ctx context.Context, idle time.Duration) ([]byte, error) {
 	if s.t == nil {
-		s.t = time.AfterFunc(idle, func() { s.stalled.Store(true); s.cancel() })
+		s.t = time.AfterFunc(idle, func() { s.stalled.Store(true); s.hang.cancel() })
 	} else {
 		s.t.Reset(idle)
 	}

@@ -45,12 +45,8 @@ func readUntilClosed(c net.Conn, limit time.Duration) bool {
 // idle, as a kept-alive connection between requests is.
 func TestAConnectionDialledAheadServesItsFirstRequestLate(t *testing.T) {
 	t.Parallel()
-	addr := firstByteServer(t, 100*time.Millisecond, time.Minute)
-	c, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer c.Close()
-	time.Sleep(500 * time.Millisecond) // five header deadlines
-	_, err = io.WriteString(c, "POST /x HTTP/1.1\r\nHost: relay\r\nContent-Length: 2\r\n\r\n{}")
+	c := dialQuiet(t, firstByteServer(t, 100*time.Millisecond, time.Minute), 500*time.Millisecond) // five header deadlines
+	_, err := io.WriteString(c, "POST /x HTTP/1.1\r\nHost: relay\r\nContent-Length: 2\r\n\r\n{}")
 	require.NoError(t, err)
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -63,18 +59,22 @@ func TestAConnectionDialledAheadServesItsFirstRequestLate(t *testing.T) {
 // is closed at the idle deadline.
 func TestSlowHeadersAndSilentConnectionsAreStillCut(t *testing.T) {
 	t.Parallel()
-	addr := firstByteServer(t, 100*time.Millisecond, time.Minute)
-	c, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer c.Close()
-	time.Sleep(300 * time.Millisecond)
-	_, err = io.WriteString(c, "POST /x HTTP/1.1\r\nHost:")
+	c := dialQuiet(t, firstByteServer(t, 100*time.Millisecond, time.Minute), 300*time.Millisecond)
+	_, err := io.WriteString(c, "POST /x HTTP/1.1\r\nHost:")
 	require.NoError(t, err)
 	assert.True(t, readUntilClosed(c, 10*time.Second), "half a request's headers: closed at the header deadline, not the idle one (a minute)")
 
-	quiet := firstByteServer(t, 100*time.Millisecond, 300*time.Millisecond)
-	s, err := net.Dial("tcp", quiet)
-	require.NoError(t, err)
-	defer s.Close()
+	s := dialQuiet(t, firstByteServer(t, 100*time.Millisecond, 300*time.Millisecond), 0)
 	assert.True(t, readUntilClosed(s, 10*time.Second), "a connection that sends nothing: closed at the idle deadline")
+}
+
+// dialQuiet connects to addr and sends nothing for quiet; the connection
+// closes with the test.
+func dialQuiet(t *testing.T, addr string, quiet time.Duration) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	time.Sleep(quiet)
+	return c
 }

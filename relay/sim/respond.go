@@ -131,7 +131,6 @@ func (s *Server) decide(c call) verdict {
 	return v
 }
 
-// completed notes a completed response: it spends the account's usage.
 // noteUndelivered adds the usage of ref's response, whose completion
 // could not be written, to the undelivered sums.
 func (s *Server) noteUndelivered(ref recordRef) {
@@ -171,6 +170,7 @@ func (s *Server) Undelivered() map[string]RecordUsage {
 	return maps.Clone(s.undelivered)
 }
 
+// completed notes a completed response: it spends the account's usage.
 func (s *Server) completed(account string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
