@@ -66,7 +66,7 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch *choice
 	defer resp.Body.Close()
 	// The account's usage windows, from this answer's headers, once the
 	// attempt is over (the client is not kept waiting for the write).
-	defer s.foldUsage(context.WithoutCancel(ctx), acct, resp.Header)
+	defer s.foldUsage(acct, resp.Header)
 	h.upstream = resp.Header
 	res.status = resp.StatusCode
 

@@ -72,7 +72,7 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch *choice
 	}
 	if lease.Fresh {
 		// The upgrade answer's usage windows, as an HTTP answer's headers.
-		s.foldUsage(context.WithoutCancel(ctx), acct, lease.Lane.Header)
+		s.foldUsage(acct, lease.Lane.Header)
 	}
 	out, err := planLaneMessage(lease.State, p)
 	if errors.Is(err, errChainUnknown) {

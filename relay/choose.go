@@ -173,5 +173,6 @@ func (s *Server) credentials(ctx context.Context, a store.Account) (store.Creden
 	if s.cfg.Tokens != nil {
 		return s.cfg.Tokens.Token(ctx, a)
 	}
-	return s.cfg.Store.Credentials(ctx, a.ID)
+	cred, _, err := s.cfg.Store.CurrentCredentials(ctx, a.ID)
+	return cred, err
 }

@@ -410,13 +410,14 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 	var end pumpEnd
 	h.tr = &end.tr
 	// Usage windows reported in the stream (codex.rate_limits) update the
-	// account, as the HTTP headers do: with the turn's other records, before
-	// its terminal event, or when the stream ends otherwise.
+	// account, as the HTTP headers do: queued for s.usage with the turn's
+	// other records, before its terminal event, or when the stream ends
+	// otherwise.
 	folded := false
 	foldLimits := func() {
 		if end.tr.limits != nil && !folded {
 			folded = true
-			s.foldLimits(context.WithoutCancel(ctx), account, *end.tr.limits)
+			s.foldLimits(account, *end.tr.limits)
 		}
 	}
 	defer foldLimits()

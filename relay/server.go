@@ -127,6 +127,9 @@ type Server struct {
 	// requestLog writes the request log's rows (and their attempts) in
 	// batches behind the requests; static after New.
 	requestLog *writeBehind[store.LoggedRequest]
+	// usage writes the accounts' usage windows the answers report, in
+	// batches behind the requests; static after New.
+	usage *writeBehind[usageReport]
 	// placements retries the binding writes the database did not take as
 	// their requests settled; static after New.
 	placements *writeBehind[store.Placement]
@@ -208,7 +211,7 @@ func New(cfg Config) *Server {
 		}
 	}
 	s.pool = bridge.NewPool(pc)
-	s.keyUse, s.requestLog, s.placements = s.newKeyUse(), s.newRequestLog(), s.newPlacements()
+	s.keyUse, s.requestLog, s.placements, s.usage = s.newKeyUse(), s.newRequestLog(), s.newPlacements(), s.newUsage()
 	return s
 }
 
@@ -228,6 +231,7 @@ func (s *Server) Close() {
 	writers.Go(func() { s.keyUse.close(5 * time.Second) })
 	writers.Go(func() { s.requestLog.close(requestLogCloseGrace) })
 	writers.Go(func() { s.placements.close(requestLogCloseGrace) })
+	writers.Go(func() { s.usage.close(5 * time.Second) })
 	writers.Wait()
 	s.hop.CloseIdleConnections()
 	s.pool.Close()

@@ -100,21 +100,67 @@ func (s *Server) penalise(ctx context.Context, accountID string, p *penalty) {
 }
 
 // foldUsage records the usage windows an upstream reported in headers.
-func (s *Server) foldUsage(ctx context.Context, accountID string, h http.Header) {
-	s.foldLimits(ctx, accountID, wire.ParseRateLimitHeaders(h))
+func (s *Server) foldUsage(accountID string, h http.Header) {
+	s.foldLimits(accountID, wire.ParseRateLimitHeaders(h))
 }
 
-// foldLimits records reported usage windows for an account.
-func (s *Server) foldLimits(ctx context.Context, accountID string, rl wire.RateLimits) {
+// foldLimits records reported usage windows for an account, behind the
+// request (s.usage): never on the way to its first event or its last.
+func (s *Server) foldLimits(accountID string, rl wire.RateLimits) {
 	p, sec := usageWindow(rl.Primary), usageWindow(rl.Secondary)
 	if !p.Known && !sec.Known {
 		return
 	}
-	ctx, cancel := storeWriteContext(ctx)
-	defer cancel()
-	if err := s.cfg.Store.UpdateUsage(ctx, accountID, p, sec); err != nil {
-		s.log.Warn("update usage", "account", accountID, "err", err)
+	s.usage.add(usageReport{account: accountID, primary: p, secondary: sec})
+}
+
+// usageReport is the usage windows one answer reported for an account.
+type usageReport struct {
+	account            string
+	primary, secondary store.Window
+}
+
+// newUsage returns the writer of usage reports. A batch is folded into one
+// report an account (for each window the latest that was reported), so
+// under load an account's usage costs one write however many answers
+// reported it. A report the database refused is not retried: the next
+// answer reports newer windows.
+func (s *Server) newUsage() *writeBehind[usageReport] {
+	return &writeBehind[usageReport]{batch: 4096, max: 100_000, closeNow: make(chan struct{}),
+		write: func(batch []usageReport) []usageReport {
+			for _, r := range latestUsage(batch) {
+				ctx, cancel := context.WithTimeout(context.Background(), storeWriteTimeout)
+				if err := s.cfg.Store.UpdateUsage(ctx, r.account, r.primary, r.secondary); err != nil {
+					s.log.Warn("update usage", "account", r.account, "err", err)
+				}
+				cancel()
+			}
+			return nil
+		},
+		dropped: func(int) {},
 	}
+}
+
+// latestUsage folds reports, oldest first, into one an account, in the
+// order the accounts first reported: each window as last reported.
+func latestUsage(batch []usageReport) []usageReport {
+	var out []usageReport
+	at := map[string]int{}
+	for _, r := range batch {
+		i, ok := at[r.account]
+		if !ok {
+			at[r.account] = len(out)
+			out = append(out, r)
+			continue
+		}
+		if r.primary.Known {
+			out[i].primary = r.primary
+		}
+		if r.secondary.Known {
+			out[i].secondary = r.secondary
+		}
+	}
+	return out
 }
 
 func usageWindow(w *wire.RateLimitWindow) store.Window {

@@ -191,3 +191,27 @@ func TestWriteBehindNotInline(t *testing.T) {
 	assert.Equal(t, []int{1}, items)
 	w.close(time.Second)
 }
+
+// A batch of usage reports is folded into one an account, each window as
+// last reported, accounts in the order they first reported.
+func TestLatestUsage(t *testing.T) {
+	w := func(pct float64) store.Window { return store.Window{UsedPercent: pct, WindowMinutes: 300, Known: true} }
+	none := store.Window{}
+	for _, tc := range []struct {
+		name  string
+		batch []usageReport
+		want  []usageReport
+	}{
+		{"empty", nil, nil},
+		{"one", []usageReport{{"a", w(1), none}}, []usageReport{{"a", w(1), none}}},
+		{"the latest wins", []usageReport{{"a", w(1), w(10)}, {"a", w(2), w(20)}}, []usageReport{{"a", w(2), w(20)}}},
+		{"an unreported window keeps the last reported", []usageReport{{"a", w(1), w(10)}, {"a", w(2), none}, {"a", none, none}},
+			[]usageReport{{"a", w(2), w(10)}}},
+		{"accounts apart, in first-report order", []usageReport{{"b", w(5), none}, {"a", w(1), none}, {"b", w(6), none}},
+			[]usageReport{{"b", w(6), none}, {"a", w(1), none}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, latestUsage(tc.batch))
+		})
+	}
+}

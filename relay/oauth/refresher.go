@@ -177,12 +177,9 @@ type need func(cred store.Credentials, exp time.Time) bool
 // *RejectedError; any other failure (transport, 5xx, a replica holding the
 // claim too long) returns an error and leaves the account as it is.
 func (r *Refresher) Token(ctx context.Context, a store.Account) (store.Credentials, error) {
-	if a.Kind != store.KindChatGPT {
-		return r.cfg.Store.Credentials(ctx, a.ID)
-	}
-	cred, exp, err := r.cfg.Store.TokenState(ctx, a.ID)
-	if err != nil {
-		return store.Credentials{}, err
+	cred, exp, err := r.cfg.Store.CurrentCredentials(ctx, a.ID)
+	if err != nil || a.Kind != store.KindChatGPT {
+		return cred, err
 	}
 	if !r.expiring(cred, exp) {
 		return cred, nil

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -20,56 +21,86 @@ const maxCachedStmts = 128
 // parsed once instead of on every request: on SQLite, parsing was a third
 // of the database time per turn. database/sql prepares a cached statement
 // on each pooled connection as it is first used there.
+//
+// A lookup takes no lock: every query of every request looks here, and
+// under a burst a mutex held for a map read became a convoy (on
+// PostgreSQL, 200 new threads at once spent more time queued for it than
+// for the database). One caller prepares a query; the others run it
+// unprepared meanwhile instead of preparing it too or waiting.
 type stmtCache struct {
+	stmts sync.Map // query text as written (before rebinding) -> *stmtEntry
+	n     atomic.Int32
+	// mu orders close with the end of a prepare, so that no statement is
+	// stored after close.
 	mu     sync.Mutex
-	stmts  map[string]*sqlx.Stmt // by query text as written (before rebinding)
-	closed bool
+	closed atomic.Bool
 }
 
+// stmtEntry is one query's statement; nil while its first caller prepares it.
+type stmtEntry struct{ st atomic.Pointer[sqlx.Stmt] }
+
 // prepared returns the statement for query, preparing it on first use; nil
-// when the cache is full or closed (the caller then runs the query as is).
+// when the cache is full or closed, or while another caller prepares it
+// (the caller then runs the query as is).
 func (s *Store) prepared(ctx context.Context, query string) (*sqlx.Stmt, error) {
 	c := &s.stmts
-	st, full := c.lookup(query)
-	if st != nil || full {
+	if st, known := c.lookup(query); known {
 		return st, nil
 	}
-	// Prepare outside the lock: other queries keep running meanwhile.
+	if c.closed.Load() || c.n.Load() >= maxCachedStmts {
+		return nil, nil
+	}
+	e := new(stmtEntry)
+	if v, loaded := c.stmts.LoadOrStore(query, e); loaded {
+		return v.(*stmtEntry).st.Load(), nil
+	}
+	if c.n.Add(1) > maxCachedStmts {
+		// Lost the race for the last places.
+		c.stmts.Delete(query)
+		c.n.Add(-1)
+		return nil, nil
+	}
 	st, err := s.db.PreparexContext(ctx, s.q(query))
 	if err != nil {
+		// The next caller tries again.
+		c.stmts.Delete(query)
+		c.n.Add(-1)
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if have, ok := c.stmts[query]; ok || c.closed {
-		st.Close() // lost a race with another first use, or closed meanwhile
-		if c.closed {
-			return nil, nil
-		}
-		return have, nil
+	if c.closed.Load() {
+		st.Close()
+		return nil, nil
 	}
-	if c.stmts == nil {
-		c.stmts = map[string]*sqlx.Stmt{}
-	}
-	c.stmts[query] = st
+	e.st.Store(st)
 	return st, nil
 }
 
-// lookup returns the cached statement for query (nil when there is none),
-// and whether the cache takes no more.
-func (c *stmtCache) lookup(query string) (st *sqlx.Stmt, full bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stmts[query], c.closed || len(c.stmts) >= maxCachedStmts
+// lookup returns the cached statement for query, and whether query has an
+// entry (its statement is nil while it is being prepared).
+func (c *stmtCache) lookup(query string) (st *sqlx.Stmt, known bool) {
+	v, ok := c.stmts.Load(query)
+	if !ok {
+		return nil, false
+	}
+	return v.(*stmtEntry).st.Load(), true
 }
+
+// size is how many queries the cache holds (or is preparing).
+func (c *stmtCache) size() int { return int(c.n.Load()) }
 
 func (c *stmtCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, st := range c.stmts {
-		st.Close()
-	}
-	c.stmts, c.closed = nil, true
+	c.closed.Store(true)
+	c.stmts.Range(func(k, v any) bool {
+		if st := v.(*stmtEntry).st.Load(); st != nil {
+			st.Close()
+		}
+		c.stmts.Delete(k)
+		return true
+	})
 }
 
 // execFunc runs a statement written with ? placeholders: s.exec, or one
@@ -157,22 +188,64 @@ func (s *Store) selectAll(ctx context.Context, dest any, query string, args ...a
 const accountsTTL = time.Second
 
 // accountsCache keeps the last listing of the accounts: selection reads
-// every account on every request, and they change seldom.
+// every account on every request, and they change seldom. It keeps the
+// accounts' credentials read for requests too (see CurrentCredentials).
 type accountsCache struct {
 	mu      sync.Mutex
 	gen     uint64 // bumped after every write to the accounts table
 	list    []Account
 	listGen uint64
 	at      time.Time
+	// credGen is bumped with gen, except by usage writes, which leave
+	// credentials as they are.
+	credGen uint64
+	creds   map[string]cachedCred
 }
 
-// changed drops the cached listing. Writers call it after their write is
-// committed (deferred), so a listing read before the commit is never kept.
+// cachedCred is an account's credentials as read at at, under credGen gen.
+type cachedCred struct {
+	cred Credentials
+	exp  time.Time
+	gen  uint64
+	at   time.Time
+}
+
+// changed drops the cached listing and credentials. Writers call it after
+// their write is committed (deferred), so a read made before the commit is
+// never kept.
 func (c *accountsCache) changed() {
 	c.mu.Lock()
 	c.gen++
 	c.list = nil
+	c.credGen++
+	c.creds = nil
 	c.mu.Unlock()
+}
+
+// cachedCred returns account id's credentials if a current read is kept,
+// and the generation a fresh read must be kept under.
+func (c *accountsCache) cachedCred(id string, now time.Time) (Credentials, time.Time, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.creds[id]
+	if age := now.Sub(e.at); ok && e.gen == c.credGen && age >= 0 && age < accountsTTL {
+		return e.cred, e.exp, c.credGen, true
+	}
+	return Credentials{}, time.Time{}, c.credGen, false
+}
+
+// keepCred keeps credentials read under generation gen, unless a write
+// came after the read began.
+func (c *accountsCache) keepCred(id string, cred Credentials, exp time.Time, gen uint64, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.credGen {
+		return
+	}
+	if c.creds == nil {
+		c.creds = map[string]cachedCred{}
+	}
+	c.creds[id] = cachedCred{cred: cred, exp: exp, gen: gen, at: at}
 }
 
 // cached returns the listing if it is current, and the generation a fresh
@@ -201,6 +274,43 @@ func (c *accountsCache) keep(list []Account, gen uint64, at time.Time) {
 	if gen == c.gen {
 		c.list, c.listGen, c.at = slices.Clone(list), gen, at
 	}
+}
+
+// usageWritten follows a committed write of account id's usage windows
+// (written at at): a current listing takes them in place instead of being
+// dropped. Every response reports usage; dropping the listing each time
+// made the next requests read every account again, and under a burst on
+// PostgreSQL they queued for connections to do it. A listing being read
+// while the write committed is not kept (the generation moves on), as for
+// any write.
+func (c *accountsCache) usageWritten(id string, primary, secondary Window, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	current := c.list != nil && c.listGen == c.gen
+	c.gen++
+	if !current {
+		c.list = nil
+		return
+	}
+	// As read back from the database: times in whole milliseconds.
+	stored := func(w Window) Window {
+		w.ResetAt = fromMillis(millis(w.ResetAt))
+		return w
+	}
+	// cached hands out copies: the elements can change in place.
+	for i := range c.list {
+		if c.list[i].ID != id {
+			continue
+		}
+		if primary.Known {
+			c.list[i].Primary = stored(primary)
+		}
+		if secondary.Known {
+			c.list[i].Secondary = stored(secondary)
+		}
+		c.list[i].UsageUpdatedAt = at
+	}
+	c.listGen = c.gen
 }
 
 // usageRewrite is how often an unchanged usage report is written anyway,
@@ -258,8 +368,9 @@ const keysTTL = 10 * time.Second
 // maxCachedKeys bounds the key cache; past it, it starts afresh.
 const maxCachedKeys = 4096
 
-// keysCache keeps client keys read by id, and whether any key was ever
-// created. Safe for concurrent use.
+// keysCache keeps client keys read by id (or found by their secret's
+// hash: see byHash), and whether any key was ever created. Safe for
+// concurrent use.
 type keysCache struct {
 	mu   sync.Mutex
 	gen  uint64 // bumped after every write to a key

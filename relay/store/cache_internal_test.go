@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -27,12 +28,69 @@ func TestStatementCacheIsBounded(t *testing.T) {
 	var got int
 	require.NoError(t, s.get(ctx, &got, "SELECT ? + 5", 2))
 	assert.Equal(t, 7, got)
-	s.stmts.mu.Lock()
-	n := len(s.stmts.stmts)
-	s.stmts.mu.Unlock()
-	assert.Equal(t, maxCachedStmts, n)
+	assert.Equal(t, maxCachedStmts, s.stmts.size())
 
 	require.NoError(t, s.Close())
 	assert.Error(t, s.get(ctx, &got, "SELECT ? + 5", 2), "a closed store answers with an error")
 	assert.Error(t, s.get(ctx, &got, "SELECT 'never prepared'"))
+}
+
+// Many first uses of one query at once: each gets its answer (one
+// prepares, the others run the query as is meanwhile), and the cache
+// holds the query once.
+func TestStatementCacheFirstUsesAtOnce(t *testing.T) {
+	ctx := context.Background()
+	loc, err := ParseLocation("sqlite:" + filepath.Join(t.TempDir(), "relay.db"))
+	require.NoError(t, err)
+	s, err := Open(ctx, loc, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Go(func() {
+			var got int
+			if err := s.get(ctx, &got, "SELECT ? * 2", i); err != nil {
+				errs <- err
+			} else if got != 2*i {
+				errs <- fmt.Errorf("SELECT %d * 2 = %d", i, got)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	assert.Equal(t, 1, s.stmts.size())
+	st, known := s.stmts.lookup("SELECT ? * 2")
+	assert.True(t, known)
+	assert.NotNil(t, st, "the first use's statement is kept")
+}
+
+// A key found by its secret is remembered: found again without the
+// database (here its row is gone behind the store's back), until a write
+// to a key drops what the store remembers.
+func TestAuthenticatedKeyIsRemembered(t *testing.T) {
+	ctx := context.Background()
+	loc, err := ParseLocation("sqlite:" + filepath.Join(t.TempDir(), "relay.db"))
+	require.NoError(t, err)
+	s, err := Open(ctx, loc, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Migrate(ctx)
+	require.NoError(t, err)
+	k, secret, err := s.CreateClientKey(ctx, ClientKey{Name: "laptop"})
+	require.NoError(t, err)
+	_, err = s.AuthenticateClientKey(ctx, secret)
+	require.NoError(t, err)
+	_, err = s.db.ExecContext(ctx, `DELETE FROM client_keys WHERE id = ?`, k.ID)
+	require.NoError(t, err)
+	got, err := s.AuthenticateClientKey(ctx, secret)
+	require.NoError(t, err, "remembered")
+	assert.Equal(t, k.ID, got.ID)
+	_, _, err = s.CreateClientKey(ctx, ClientKey{Name: "another"})
+	require.NoError(t, err)
+	_, err = s.AuthenticateClientKey(ctx, secret)
+	assert.ErrorIs(t, err, ErrKeyRejected, "a write to a key drops what was remembered")
 }

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -55,6 +56,94 @@ func TestAccountsListingFollowsWrites(t *testing.T) {
 			list, err = one.Accounts(ctx)
 			require.NoError(t, err)
 			assert.Empty(t, list)
+		})
+	}
+}
+
+// A usage write keeps this store's listing, with the new windows in it as
+// a fresh read shows them, instead of dropping it (every answer reports
+// usage: a dropped listing meant a read of every account per request).
+func TestUsageWriteKeepsTheListing(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			url := b.URL(t)
+			clk := &clock{t: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+			one := storetest.Open(t, url, store.Options{Now: clk.Now})
+			other := storetest.Open(t, url, store.Options{Now: clk.Now})
+			a, err := one.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: "a", ChatGPTAccountID: "w"}, store.Credentials{AccessToken: "t"})
+			require.NoError(t, err)
+			_, err = one.Accounts(ctx)
+			require.NoError(t, err)
+			renamed := "renamed"
+			_, err = other.UpdateAccount(ctx, a.ID, store.AccountPatch{Label: &renamed})
+			require.NoError(t, err)
+
+			clk.Add(300 * time.Millisecond)
+			reset := clk.Now().Add(3*time.Hour + 123456789*time.Nanosecond)
+			require.NoError(t, one.UpdateUsage(ctx, a.ID, store.Window{UsedPercent: 37.5, WindowMinutes: 300, ResetAt: reset, Known: true},
+				store.Window{UsedPercent: 5, WindowMinutes: 10080, Known: true}))
+			list, err := one.Accounts(ctx)
+			require.NoError(t, err)
+			require.Len(t, list, 1)
+			assert.Equal(t, "a", list[0].Label, "the listing was kept, not read again")
+			fresh, err := other.Account(ctx, a.ID)
+			require.NoError(t, err)
+			assert.Equal(t, fresh.Primary, list[0].Primary, "the windows as the database holds them")
+			assert.Equal(t, fresh.Secondary, list[0].Secondary)
+			assert.Equal(t, fresh.UsageUpdatedAt, list[0].UsageUpdatedAt)
+
+			clk.Add(time.Second)
+			list, err = one.Accounts(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, "renamed", list[0].Label, "past its second the listing is read again")
+		})
+	}
+}
+
+// The credentials the request path reads are reused for a second: a write
+// through the same store (new tokens) drops them at once, a usage write
+// does not, and a write by another process shows once the second has
+// passed. TokenState always reads the database.
+func TestCurrentCredentialsFollowWrites(t *testing.T) {
+	for _, b := range storetest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			url := b.URL(t)
+			clk := &clock{t: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+			opts := store.Options{Now: clk.Now, SecretKey: bytes.Repeat([]byte{7}, 32)}
+			one := storetest.Open(t, url, opts)
+			other := storetest.Open(t, url, opts)
+			a, err := one.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: "a", ChatGPTAccountID: "w"},
+				store.Credentials{AccessToken: "at-1", RefreshToken: "rt-1"})
+			require.NoError(t, err)
+			access := func(s *store.Store) string {
+				t.Helper()
+				c, _, err := s.CurrentCredentials(ctx, a.ID)
+				require.NoError(t, err)
+				return c.AccessToken
+			}
+			assert.Equal(t, "at-1", access(one))
+
+			exp := clk.Now().Add(time.Hour)
+			require.NoError(t, one.SetCredentials(ctx, a.ID, store.Credentials{AccessToken: "at-2", RefreshToken: "rt-2"}, exp))
+			assert.Equal(t, "at-2", access(one), "a write through this store shows at once")
+			_, gotExp, err := one.CurrentCredentials(ctx, a.ID)
+			require.NoError(t, err)
+			assert.True(t, exp.Truncate(time.Millisecond).Equal(gotExp))
+
+			require.NoError(t, other.SetCredentials(ctx, a.ID, store.Credentials{AccessToken: "at-3", RefreshToken: "rt-3"}, exp))
+			require.NoError(t, one.UpdateUsage(ctx, a.ID, store.Window{UsedPercent: 12, WindowMinutes: 300, Known: true}, store.Window{}))
+			assert.Equal(t, "at-2", access(one), "another process's write is not seen within the second; a usage write drops nothing")
+			fresh, _, err := one.TokenState(ctx, a.ID)
+			require.NoError(t, err)
+			assert.Equal(t, "at-3", fresh.AccessToken, "TokenState reads the database")
+			clk.Add(time.Second)
+			assert.Equal(t, "at-3", access(one), "past the second it is read again")
+
+			require.NoError(t, one.DeleteAccount(ctx, a.ID))
+			_, _, err = one.CurrentCredentials(ctx, a.ID)
+			assert.ErrorIs(t, err, store.ErrNotFound)
 		})
 	}
 }

@@ -252,24 +252,38 @@ func (s *Store) UpdateClientKey(ctx context.Context, k ClientKey) (ClientKey, er
 var ErrKeyRejected = errors.New("client key rejected")
 
 // AuthenticateClientKey finds the usable key whose secret is presented.
+// A key found is remembered by its secret's hash as CurrentClientKey
+// remembers reads by id (every write to a key forgets it at once, on every
+// replica); a secret that matches no key is looked up every time, so a key
+// works the moment it is created.
 func (s *Store) AuthenticateClientKey(ctx context.Context, secret string) (ClientKey, error) {
 	if !strings.HasPrefix(secret, ClientKeyPrefix) {
 		return ClientKey{}, ErrKeyRejected
 	}
-	var r clientKeyRow
-	err := s.get(ctx, &r, `SELECT `+clientKeyColumns+` FROM client_keys WHERE key_hash = ?`, HashClientKey(secret))
-	if errors.Is(err, sql.ErrNoRows) {
-		return ClientKey{}, ErrKeyRejected
+	hash := HashClientKey(secret)
+	now := s.now()
+	k, gen, ok := s.keys.cached(byHash(hash), now)
+	if !ok {
+		var r clientKeyRow
+		err := s.get(ctx, &r, `SELECT `+clientKeyColumns+` FROM client_keys WHERE key_hash = ?`, hash)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ClientKey{}, ErrKeyRejected
+		}
+		if err != nil {
+			return ClientKey{}, fmt.Errorf("authenticate client key: %w", err)
+		}
+		k = r.key()
+		s.keys.keep(byHash(hash), k, gen, now)
 	}
-	if err != nil {
-		return ClientKey{}, fmt.Errorf("authenticate client key: %w", err)
-	}
-	k := r.key()
-	if !k.Usable(s.now()) {
+	if !k.Usable(now) {
 		return ClientKey{}, ErrKeyRejected
 	}
 	return k, nil
 }
+
+// byHash is the key cache's entry for a key found by its secret's hash
+// (ids never begin with '#').
+func byHash(hash string) string { return "#" + hash }
 
 // KeysEverCreated reports whether a client key was ever created, revoked
 // and expired ones included. Keyless mode (loopback clients served without

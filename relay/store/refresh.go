@@ -59,6 +59,27 @@ func (s *Store) TokenState(ctx context.Context, id string) (Credentials, time.Ti
 	return c, fromMillis(row.AccessExpiresAt), nil
 }
 
+// CurrentCredentials is TokenState for the request path: a read is reused
+// for up to a second (accountsTTL, as the listing of the accounts), and a
+// write to an account (new tokens above all) drops it at once, on every
+// replica (announced like every account write). Every request needs its
+// account's credentials; under a burst of new threads on PostgreSQL, this
+// read queued for connections with the rest. A refresh, and the answer to
+// a 401, read TokenState itself.
+func (s *Store) CurrentCredentials(ctx context.Context, id string) (Credentials, time.Time, error) {
+	now := s.now()
+	c, exp, gen, ok := s.accts.cachedCred(id, now)
+	if ok {
+		return c, exp, nil
+	}
+	c, exp, err := s.TokenState(ctx, id)
+	if err != nil {
+		return Credentials{}, time.Time{}, err
+	}
+	s.accts.keepCred(id, c, exp, gen, now)
+	return c, exp, nil
+}
+
 // ClaimRefresh takes the refresh claim of an account for owner, valid for
 // ttl, with one compare-and-set: it inserts the claim, or takes over a claim
 // that has lapsed. When another live claim holds the account, ok is false

@@ -115,17 +115,21 @@ func TestAnnouncementsReachOtherReplicas(t *testing.T) {
 
 	// A key revoked through one replica stops at once on the other: its
 	// cached read is dropped by the announcement, not left to expire.
-	k, _, err := one.CreateClientKey(ctx, store.ClientKey{Name: "shared"})
+	k, secret, err := one.CreateClientKey(ctx, store.ClientKey{Name: "shared"})
 	require.NoError(t, err)
 	got2, err := other.CurrentClientKey(ctx, k.ID)
 	require.NoError(t, err)
 	require.True(t, got2.Usable(time.Now()), "read, and cached, on the other replica")
+	_, err = other.AuthenticateClientKey(ctx, secret)
+	require.NoError(t, err, "found by its secret, and cached, on the other replica")
 	_, err = one.RevokeClientKey(ctx, k.ID)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		k2, err := other.CurrentClientKey(ctx, k.ID)
 		return err == nil && !k2.Usable(time.Now())
 	}, 5*time.Second, 10*time.Millisecond, "the revocation reached the other replica's cache")
+	_, err = other.AuthenticateClientKey(ctx, secret)
+	assert.ErrorIs(t, err, store.ErrKeyRejected, "and its secret is refused there")
 
 	var threads []store.ThreadRef
 	for i := range 300 {

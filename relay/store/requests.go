@@ -312,12 +312,12 @@ func (s *Store) Attempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, 
 // UpdateUsage records the usage windows an upstream reported for an account.
 // A window with Known false is left as stored. A report that repeats what
 // is stored, less than 30 seconds after the last write, is not written
-// again (see usageUnchanged).
+// again (see usageUnchanged). The cached listing of the accounts takes the
+// windows in place (see usageWritten).
 func (s *Store) UpdateUsage(ctx context.Context, id string, primary, secondary Window) error {
 	if s.accts.usageUnchanged(id, primary, secondary, s.now()) {
 		return nil
 	}
-	defer s.accountsChanged(ctx)
 	var sets []string
 	var args []any
 	for _, w := range []struct {
@@ -337,7 +337,14 @@ func (s *Store) UpdateUsage(ctx context.Context, id string, primary, secondary W
 	sets = append(sets, "usage_updated_at = ?")
 	args = append(args, now, id)
 	res, err := s.exec(ctx, `UPDATE accounts SET `+strings.Join(sets, ", ")+` WHERE id = ?`, args...)
-	return affectedOne(res, err, "update usage", id)
+	if err = affectedOne(res, err, "update usage", id); err != nil {
+		s.accts.changed()
+		return err
+	}
+	// Not announced: other replicas see new windows within their
+	// listing's one-second TTL, as soon as they would matter.
+	s.accts.usageWritten(id, primary, secondary, time.UnixMilli(now).UTC())
+	return nil
 }
 
 // colValue is an equality filter; an empty value does not filter.

@@ -290,8 +290,11 @@ func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
 		// from +111-118 ms p50 to +22-83 ms; 16 did no better.
 		db.SetMaxOpenConns(8)
 	} else {
+		// As many kept idle as may be open: with fewer, a burst's returning
+		// connections were closed and new ones opened behind them, each a new
+		// PostgreSQL backend that prepares every statement again.
 		db.SetMaxOpenConns(20)
-		db.SetMaxIdleConns(10)
+		db.SetMaxIdleConns(20)
 		db.SetConnMaxIdleTime(5 * time.Minute)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
