@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -250,16 +251,23 @@ func (s *Store) Accounts(ctx context.Context) ([]Account, error) {
 	if ok {
 		return list, nil
 	}
-	var rows []accountRow
-	if err := s.selectAll(ctx, &rows, `SELECT `+accountColumns+` FROM accounts ORDER BY priority DESC, created_at, id`); err != nil {
-		return nil, fmt.Errorf("list accounts: %w", err)
+	list, err := shared(ctx, &s.flight, flightKey("accounts", gen, ""), func(ctx context.Context) ([]Account, error) {
+		var rows []accountRow
+		if err := s.selectAll(ctx, &rows, `SELECT `+accountColumns+` FROM accounts ORDER BY priority DESC, created_at, id`); err != nil {
+			return nil, fmt.Errorf("list accounts: %w", err)
+		}
+		out := make([]Account, len(rows))
+		for i, r := range rows {
+			out[i] = s.account(r)
+		}
+		s.accts.keep(out, gen, at)
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	out := make([]Account, len(rows))
-	for i, r := range rows {
-		out[i] = s.account(r)
-	}
-	s.accts.keep(out, gen, at)
-	return out, nil
+	// Each caller its own copy: the read may be shared.
+	return slices.Clone(list), nil
 }
 
 // AccountPatch changes some of an account's settings; nil fields are kept.

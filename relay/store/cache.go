@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"golang.org/x/sync/singleflight"
 )
 
 // maxCachedStmts bounds the statement cache. The queries that go through
@@ -103,6 +105,41 @@ func (c *stmtCache) close() {
 	})
 }
 
+// sharedReadTimeout bounds a read shared by the callers that missed one
+// cache entry at the same time (see shared).
+const sharedReadTimeout = 10 * time.Second
+
+// shared runs read once for all the callers asking for key at the same
+// time: a burst of requests that miss one cache entry (a relay just
+// started, a listing just dropped) reads it once instead of once each,
+// queued for connections. The read runs without the first caller's
+// cancellation (a client that hangs up fails no one else's request),
+// under sharedReadTimeout; each caller waits for it as long as its own
+// ctx lets it. Keys carry the cache's generation, so a caller that wrote
+// never gets a read begun before its write.
+func shared[T any](ctx context.Context, g *singleflight.Group, key string, read func(context.Context) (T, error)) (T, error) {
+	ch := g.DoChan(key, func() (any, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedReadTimeout)
+		defer cancel()
+		return read(rctx)
+	})
+	var zero T
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return zero, r.Err
+		}
+		return r.Val.(T), nil
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// flightKey is a shared read's key: what is read, under which generation.
+func flightKey(what string, gen uint64, id string) string {
+	return what + ":" + strconv.FormatUint(gen, 10) + ":" + id
+}
+
 // execFunc runs a statement written with ? placeholders: s.exec, or one
 // of execIn's inside a transaction.
 type execFunc func(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -145,6 +182,17 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result
 		return s.db.ExecContext(ctx, s.q(query), args...)
 	}
 	return st.ExecContext(ctx, args...)
+}
+
+// writeQuery runs a write that returns rows (RETURNING) into dest, a
+// pointer to a slice, prepared once; on SQLite it waits its turn with the
+// other writes, as exec's do.
+func (s *Store) writeQuery(ctx context.Context, dest any, query string, args ...any) error {
+	if s.loc.Dialect == SQLite {
+		s.writeTx.Lock()
+		defer s.writeTx.Unlock()
+	}
+	return s.selectAll(ctx, dest, query, args...)
 }
 
 // execUnprepared runs a write whose text varies (an IN list, a changing

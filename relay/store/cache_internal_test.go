@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/singleflight"
 )
 
 // Queries past the cache's bound still run (unprepared); the cache stays
@@ -93,4 +96,48 @@ func TestAuthenticatedKeyIsRemembered(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.AuthenticateClientKey(ctx, secret)
 	assert.ErrorIs(t, err, ErrKeyRejected, "a write to a key drops what was remembered")
+}
+
+// Callers that miss one entry at once share one read; the first caller
+// going away fails no one else; a caller stops waiting when its own ctx
+// ends.
+func TestSharedRead(t *testing.T) {
+	var g singleflight.Group
+	var reads atomic.Int32
+	release := make(chan struct{})
+	read := func(ctx context.Context) (int, error) {
+		reads.Add(1)
+		select {
+		case <-release:
+			return 42, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	firstCtx, cancelFirst := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := shared(firstCtx, &g, "k", read)
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return reads.Load() == 1 }, 5*time.Second, time.Millisecond)
+	got := make(chan int, 8)
+	for range 8 {
+		go func() {
+			v, err := shared(context.Background(), &g, "k", read)
+			assert.NoError(t, err)
+			got <- v
+		}()
+	}
+	impatient, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := shared(impatient, &g, "k", read)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "a caller waits no longer than its own ctx")
+	cancelFirst()
+	assert.ErrorIs(t, <-first, context.Canceled)
+	close(release)
+	for range 8 {
+		assert.Equal(t, 42, <-got, "the first caller's going did not end the read")
+	}
+	assert.EqualValues(t, 1, reads.Load(), "one read for every caller")
 }

@@ -264,16 +264,23 @@ func (s *Store) AuthenticateClientKey(ctx context.Context, secret string) (Clien
 	now := s.now()
 	k, gen, ok := s.keys.cached(byHash(hash), now)
 	if !ok {
-		var r clientKeyRow
-		err := s.get(ctx, &r, `SELECT `+clientKeyColumns+` FROM client_keys WHERE key_hash = ?`, hash)
-		if errors.Is(err, sql.ErrNoRows) {
-			return ClientKey{}, ErrKeyRejected
-		}
+		var err error
+		k, err = shared(ctx, &s.flight, flightKey("key", gen, hash), func(ctx context.Context) (ClientKey, error) {
+			var r clientKeyRow
+			err := s.get(ctx, &r, `SELECT `+clientKeyColumns+` FROM client_keys WHERE key_hash = ?`, hash)
+			if errors.Is(err, sql.ErrNoRows) {
+				return ClientKey{}, ErrKeyRejected
+			}
+			if err != nil {
+				return ClientKey{}, fmt.Errorf("authenticate client key: %w", err)
+			}
+			k := r.key()
+			s.keys.keep(byHash(hash), k, gen, now)
+			return k, nil
+		})
 		if err != nil {
-			return ClientKey{}, fmt.Errorf("authenticate client key: %w", err)
+			return ClientKey{}, err
 		}
-		k = r.key()
-		s.keys.keep(byHash(hash), k, gen, now)
 	}
 	if !k.Usable(now) {
 		return ClientKey{}, ErrKeyRejected

@@ -72,12 +72,15 @@ func (s *Store) CurrentCredentials(ctx context.Context, id string) (Credentials,
 	if ok {
 		return c, exp, nil
 	}
-	c, exp, err := s.TokenState(ctx, id)
-	if err != nil {
-		return Credentials{}, time.Time{}, err
-	}
-	s.accts.keepCred(id, c, exp, gen, now)
-	return c, exp, nil
+	read, err := shared(ctx, &s.flight, flightKey("credentials", gen, id), func(ctx context.Context) (cachedCred, error) {
+		c, exp, err := s.TokenState(ctx, id)
+		if err != nil {
+			return cachedCred{}, err
+		}
+		s.accts.keepCred(id, c, exp, gen, now)
+		return cachedCred{cred: c, exp: exp}, nil
+	})
+	return read.cred, read.exp, err
 }
 
 // ClaimRefresh takes the refresh claim of an account for owner, valid for

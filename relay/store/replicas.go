@@ -230,19 +230,31 @@ type LaneLease struct {
 // another replica whose heartbeat is at or after liveSince holds it: then
 // it returns that replica's lease (and address) to forward to. A lease of a
 // dead or vanished replica is taken over with the next epoch. One statement
-// decides, so two replicas taking a thread over at once cannot both win.
+// decides, so two replicas taking a thread over at once cannot both win;
+// it returns the lease when me holds it, so only a lease held elsewhere
+// costs a second round trip (to read its holder). Every new
+// thread takes one: under a burst on PostgreSQL these round trips queued
+// for connections with the rest.
 func (s *Store) LeaseLane(ctx context.Context, threadKey, scope, me string, liveSince time.Time) (LaneLease, error) {
 	now := s.now().UnixMilli()
-	_, err := s.exec(ctx, `INSERT INTO lane_leases (thread_key, client_scope, replica_id, epoch, renewed_at) VALUES (?, ?, ?, 1, ?)
+	var held []struct {
+		Epoch   int64          `db:"epoch"`
+		Address sql.NullString `db:"address"`
+	}
+	err := s.writeQuery(ctx, &held, `INSERT INTO lane_leases (thread_key, client_scope, replica_id, epoch, renewed_at) VALUES (?, ?, ?, 1, ?)
 		ON CONFLICT (thread_key, client_scope) DO UPDATE SET
 			epoch = CASE WHEN lane_leases.replica_id = excluded.replica_id THEN lane_leases.epoch ELSE lane_leases.epoch + 1 END,
 			replica_id = excluded.replica_id, renewed_at = excluded.renewed_at
 		WHERE lane_leases.replica_id = excluded.replica_id
-			OR NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = lane_leases.replica_id AND r.heartbeat_at >= ?)`,
+			OR NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = lane_leases.replica_id AND r.heartbeat_at >= ?)
+		RETURNING epoch, (SELECT r.address FROM replicas r WHERE r.id = lane_leases.replica_id) AS address`,
 		threadKey, scope, me, now, liveSince.UnixMilli())
 	s.noteWrite(ctx, err)
 	if err != nil {
 		return LaneLease{}, fmt.Errorf("lease lane: %w", err)
+	}
+	if len(held) == 1 {
+		return LaneLease{ThreadKey: threadKey, ClientScope: scope, ReplicaID: me, Address: held[0].Address.String, Epoch: held[0].Epoch}, nil
 	}
 	var row struct {
 		ReplicaID string         `db:"replica_id"`

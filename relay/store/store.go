@@ -23,7 +23,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "github.com/lib/pq"  // PostgreSQL driver "postgres"
+	_ "github.com/lib/pq" // PostgreSQL driver "postgres"
+	"golang.org/x/sync/singleflight"
 	_ "modernc.org/sqlite" // SQLite driver "sqlite"
 )
 
@@ -240,9 +241,11 @@ type Store struct {
 	sealer  *Sealer  // static after construction; nil without a secret key
 	nowFunc func() time.Time
 	stmts   stmtCache
-	accts   accountsCache
-	keys    keysCache
-	prices  priceCache
+	// flight shares the reads of callers that miss a cache entry at once.
+	flight singleflight.Group
+	accts  accountsCache
+	keys   keysCache
+	prices priceCache
 	// writeTx lets one write (a transaction, or a statement of exec) at a
 	// time begin on SQLite, in arrival order. SQLite has one writer anyway; left to its busy
 	// handler, waiting transactions poll for the lock, and under load an
