@@ -277,7 +277,12 @@ type sink interface {
 
 // stream sends events through sk, honouring the verdict's delay and gap and
 // its cut or stall fault, and returns the outcome. A stall waits for ctx. A
-// cut or stall past the response's last event sends them all first.
+// cut or stall past the response's last event sends them all first. The
+// gap paces the answer's events as a model paces tokens; the events that
+// stand for HTTP headers over WebSocket (codex.rate_limits and
+// response.metadata) come with the answer's start, as headers do, so the
+// event after them follows without a gap. (Paced like tokens, they put a
+// WebSocket answer's first token two gaps behind the same answer over HTTP.)
 //
 // The record is brought up to date before each event is sent, and finished
 // before the terminal event (and the account's usage spent), so a client
@@ -294,7 +299,7 @@ func (s *Server) stream(ctx context.Context, sk sink, events [][]byte, v *verdic
 			<-ctx.Done()
 			return OutcomeStalled
 		}
-		if i > 0 && !sleep(ctx, v.gap) {
+		if i > 0 && !headerEvent(events[i-1]) && !sleep(ctx, v.gap) {
 			return OutcomeGone
 		}
 		typ, _ := wire.EventType(ev)
@@ -334,6 +339,12 @@ func (s *Server) stream(ctx context.Context, sk sink, events [][]byte, v *verdic
 		return OutcomeFailed
 	}
 	return OutcomeOK
+}
+
+// headerEvent reports whether ev stands for HTTP headers over WebSocket.
+func headerEvent(ev []byte) bool {
+	typ, _ := wire.EventType(ev)
+	return typ == wire.EventRateLimits || typ == wire.EventResponseMetadata
 }
 
 // sleep waits for d or until ctx ends; it reports whether d passed.

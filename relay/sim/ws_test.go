@@ -245,3 +245,29 @@ func TestCompaction(t *testing.T) {
 	require.Len(t, recs, 1)
 	assert.Equal(t, OutcomeCompleted, recs[0].Outcome)
 }
+
+// The events that stand for HTTP headers over WebSocket (codex.rate_limits,
+// response.metadata) come with the answer's start: response.created follows
+// them without the gap that paces the rest, as it leads an HTTP answer. Paced
+// like tokens, they held it two gaps back.
+func TestHeaderEventsAreNotPaced(t *testing.T) {
+	t.Parallel()
+	upstream := newSim(t, Config{})
+	ctx := testCtx(t, 20*time.Second)
+	conn := clientFor(t, upstream, "a1").mustDial(ctx)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(prompt(t, "hello [[sim:gap 3s]]"), &m))
+	m["type"] = wire.MessageResponseCreate
+	msg, err := json.Marshal(m)
+	require.NoError(t, err)
+	sent := time.Now()
+	require.NoError(t, conn.Write(ctx, websocket.MessageText, msg))
+	var got []string
+	for len(got) == 0 || got[len(got)-1] != wire.EventResponseCreated {
+		_, data, err := conn.Read(ctx)
+		require.NoError(t, err)
+		got = append(got, decodeEvent(data).Type)
+	}
+	assert.Equal(t, []string{wire.EventRateLimits, wire.EventResponseMetadata, wire.EventResponseCreated}, got)
+	assert.Less(t, time.Since(sent), 3*time.Second, "response.created came within one gap of the request")
+}
