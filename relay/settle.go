@@ -121,7 +121,7 @@ type usageReport struct {
 }
 
 // newUsage returns the writer of usage reports. A batch is folded into one
-// report an account (for each window the latest that was reported), so
+// report per account (for each window the latest that was reported), so
 // under load an account's usage costs one write however many answers
 // reported it. A report the database refused is not retried: the next
 // answer reports newer windows.
@@ -141,7 +141,7 @@ func (s *Server) newUsage() *writeBehind[usageReport] {
 	}
 }
 
-// latestUsage folds reports, oldest first, into one an account, in the
+// latestUsage folds reports, oldest first, into one per account, in the
 // order the accounts first reported: each window as last reported.
 func latestUsage(batch []usageReport) []usageReport {
 	var out []usageReport

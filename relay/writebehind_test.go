@@ -192,7 +192,7 @@ func TestWriteBehindNotInline(t *testing.T) {
 	w.close(time.Second)
 }
 
-// A batch of usage reports is folded into one an account, each window as
+// A batch of usage reports is folded into one per account, each window as
 // last reported, accounts in the order they first reported.
 func TestLatestUsage(t *testing.T) {
 	w := func(pct float64) store.Window { return store.Window{UsedPercent: pct, WindowMinutes: 300, Known: true} }

@@ -14,14 +14,23 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
+// tempStore opens a store on a SQLite file of the test's own, closed when
+// the test ends.
+func tempStore(t *testing.T) *Store {
+	t.Helper()
+	loc, err := ParseLocation("sqlite:" + filepath.Join(t.TempDir(), "relay.db"))
+	require.NoError(t, err)
+	s, err := Open(context.Background(), loc, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // Queries past the cache's bound still run (unprepared); the cache stays
 // bounded; after Close nothing is prepared and queries fail cleanly.
 func TestStatementCacheIsBounded(t *testing.T) {
 	ctx := context.Background()
-	loc, err := ParseLocation("sqlite:" + filepath.Join(t.TempDir(), "relay.db"))
-	require.NoError(t, err)
-	s, err := Open(ctx, loc, Options{})
-	require.NoError(t, err)
+	s := tempStore(t)
 	for i := range maxCachedStmts + 40 {
 		var got int
 		require.NoError(t, s.get(ctx, &got, fmt.Sprintf("SELECT ? + %d", i), 1))
@@ -43,11 +52,7 @@ func TestStatementCacheIsBounded(t *testing.T) {
 // holds the query once.
 func TestStatementCacheFirstUsesAtOnce(t *testing.T) {
 	ctx := context.Background()
-	loc, err := ParseLocation("sqlite:" + filepath.Join(t.TempDir(), "relay.db"))
-	require.NoError(t, err)
-	s, err := Open(ctx, loc, Options{})
-	require.NoError(t, err)
-	defer s.Close()
+	s := tempStore(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for i := range 64 {
@@ -76,12 +81,8 @@ func TestStatementCacheFirstUsesAtOnce(t *testing.T) {
 // to a key drops what the store remembers.
 func TestAuthenticatedKeyIsRemembered(t *testing.T) {
 	ctx := context.Background()
-	loc, err := ParseLocation("sqlite:" + filepath.Join(t.TempDir(), "relay.db"))
-	require.NoError(t, err)
-	s, err := Open(ctx, loc, Options{})
-	require.NoError(t, err)
-	defer s.Close()
-	_, err = s.Migrate(ctx)
+	s := tempStore(t)
+	_, err := s.Migrate(ctx)
 	require.NoError(t, err)
 	k, secret, err := s.CreateClientKey(ctx, ClientKey{Name: "laptop"})
 	require.NoError(t, err)
