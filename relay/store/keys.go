@@ -321,12 +321,14 @@ func (s *Store) CurrentClientKey(ctx context.Context, id string) (ClientKey, err
 	if ok {
 		return k, nil
 	}
-	k, err := s.ClientKey(ctx, id)
-	if err != nil {
-		return ClientKey{}, err
-	}
-	s.keys.keep(id, k, gen, now)
-	return k, nil
+	return shared(ctx, &s.flight, flightKey("key-id", gen, id), func(ctx context.Context) (ClientKey, error) {
+		k, err := s.ClientKey(ctx, id)
+		if err != nil {
+			return ClientKey{}, err
+		}
+		s.keys.keep(id, k, gen, now)
+		return k, nil
+	})
 }
 
 // AddClientKeyUse records requests made with keys: uses maps a key id to
