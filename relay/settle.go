@@ -123,8 +123,9 @@ type usageReport struct {
 // newUsage returns the writer of usage reports. A batch is folded into one
 // report per account (for each window the latest that was reported), so
 // under load an account's usage costs one write however many answers
-// reported it. A report the database refused is not retried: the next
-// answer reports newer windows.
+// reported it. A report the database refused is not retried, and one
+// that finds 100,000 queued is dropped: the next answer reports newer
+// windows.
 func (s *Server) newUsage() *writeBehind[usageReport] {
 	return &writeBehind[usageReport]{batch: 4096, max: 100_000, closeNow: make(chan struct{}),
 		write: func(batch []usageReport) []usageReport {

@@ -2,8 +2,10 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
+	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // fakeWrites records the batches a writeBehind writes; it refuses the
@@ -214,4 +217,44 @@ func TestLatestUsage(t *testing.T) {
 			assert.Equal(t, tc.want, latestUsage(tc.batch))
 		})
 	}
+}
+
+// Usage windows an answer reports are written behind it: folding them
+// never waits for the database (here SQLite's write lock, held by another
+// connection, which would hold a write for its 10 s busy timeout), and
+// they reach the account once the database takes writes again.
+func TestUsageIsWrittenBehind(t *testing.T) {
+	url := storetest.SQLiteURL(t)
+	st := storetest.Open(t, url, store.Options{})
+	ctx := context.Background()
+	a, err := st.CreateAccount(ctx, store.Account{Kind: store.KindChatGPT, Label: "a", ChatGPTAccountID: "w"}, store.Credentials{AccessToken: "t"})
+	require.NoError(t, err)
+	s := New(Config{Store: st, Logger: slog.New(slog.DiscardHandler)})
+	defer s.Close()
+
+	locker, err := sql.Open("sqlite", strings.TrimPrefix(url, "sqlite:"))
+	require.NoError(t, err)
+	defer locker.Close()
+	conn, err := locker.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	require.NoError(t, err)
+
+	folded := make(chan struct{})
+	go func() {
+		defer close(folded)
+		s.foldLimits(a.ID, wire.RateLimits{Primary: &wire.RateLimitWindow{UsedPercent: 61, WindowMinutes: 300}})
+	}()
+	select {
+	case <-folded:
+	case <-time.After(5 * time.Second):
+		t.Fatal("folding usage waited for the database")
+	}
+	_, err = conn.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		got, err := st.Account(ctx, a.ID)
+		return err == nil && got.Primary.Known && got.Primary.UsedPercent == 61
+	}, 15*time.Second, 10*time.Millisecond, "the windows were written once the lock was gone")
 }

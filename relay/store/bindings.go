@@ -372,10 +372,7 @@ func (s *Store) DeleteExpiredBindings(ctx context.Context) (int64, error) {
 // inTx runs f in a write transaction, committing when it returns nil. On
 // SQLite, transactions queue for the write lock here, in order (writeTx).
 func (s *Store) inTx(ctx context.Context, f func(tx *sqlx.Tx) error) error {
-	if s.loc.Dialect == SQLite {
-		s.writeTx.Lock()
-		defer s.writeTx.Unlock()
-	}
+	defer s.writeTurn()()
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return err

@@ -170,10 +170,7 @@ func (s *Store) warm(ctx context.Context, queries ...string) {
 // write, which on SQLite waits its turn with the transactions (writeTx)
 // rather than polling for the database's lock.
 func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if s.loc.Dialect == SQLite {
-		s.writeTx.Lock()
-		defer s.writeTx.Unlock()
-	}
+	defer s.writeTurn()()
 	st, err := s.prepared(ctx, query)
 	if err != nil {
 		return nil, err
@@ -184,14 +181,21 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result
 	return st.ExecContext(ctx, args...)
 }
 
+// writeTurn waits for a write's turn on SQLite (see Store.writeTx) and
+// returns its end; on PostgreSQL writes need no turn.
+func (s *Store) writeTurn() (end func()) {
+	if s.loc.Dialect != SQLite {
+		return func() {}
+	}
+	s.writeTx.Lock()
+	return s.writeTx.Unlock
+}
+
 // writeQuery runs a write that returns rows (RETURNING) into dest, a
 // pointer to a slice, prepared once; on SQLite it waits its turn with the
 // other writes, as exec's do.
 func (s *Store) writeQuery(ctx context.Context, dest any, query string, args ...any) error {
-	if s.loc.Dialect == SQLite {
-		s.writeTx.Lock()
-		defer s.writeTx.Unlock()
-	}
+	defer s.writeTurn()()
 	return s.selectAll(ctx, dest, query, args...)
 }
 
@@ -199,10 +203,7 @@ func (s *Store) writeQuery(ctx context.Context, dest any, query string, args ...
 // SET), unprepared; on SQLite it waits its turn with the other writes, as
 // exec's do.
 func (s *Store) execUnprepared(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if s.loc.Dialect == SQLite {
-		s.writeTx.Lock()
-		defer s.writeTx.Unlock()
-	}
+	defer s.writeTurn()()
 	return s.db.ExecContext(ctx, s.q(query), args...)
 }
 
@@ -250,11 +251,11 @@ type accountsCache struct {
 	creds   map[string]cachedCred
 }
 
-// cachedCred is an account's credentials as read at at, under credGen gen.
+// cachedCred is an account's credentials as read at at. Every entry is of
+// the current credGen: changed empties the map as it bumps it.
 type cachedCred struct {
 	cred Credentials
 	exp  time.Time
-	gen  uint64
 	at   time.Time
 }
 
@@ -276,7 +277,7 @@ func (c *accountsCache) cachedCred(id string, now time.Time) (Credentials, time.
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.creds[id]
-	if age := now.Sub(e.at); ok && e.gen == c.credGen && age >= 0 && age < accountsTTL {
+	if age := now.Sub(e.at); ok && age >= 0 && age < accountsTTL {
 		return e.cred, e.exp, c.credGen, true
 	}
 	return Credentials{}, time.Time{}, c.credGen, false
@@ -293,7 +294,7 @@ func (c *accountsCache) keepCred(id string, cred Credentials, exp time.Time, gen
 	if c.creds == nil {
 		c.creds = map[string]cachedCred{}
 	}
-	c.creds[id] = cachedCred{cred: cred, exp: exp, gen: gen, at: at}
+	c.creds[id] = cachedCred{cred: cred, exp: exp, at: at}
 }
 
 // cached returns the listing if it is current, and the generation a fresh

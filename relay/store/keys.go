@@ -261,31 +261,43 @@ func (s *Store) AuthenticateClientKey(ctx context.Context, secret string) (Clien
 		return ClientKey{}, ErrKeyRejected
 	}
 	hash := HashClientKey(secret)
-	now := s.now()
-	k, gen, ok := s.keys.cached(byHash(hash), now)
-	if !ok {
-		var err error
-		k, err = shared(ctx, &s.flight, flightKey("key", gen, hash), func(ctx context.Context) (ClientKey, error) {
-			var r clientKeyRow
-			err := s.get(ctx, &r, `SELECT `+clientKeyColumns+` FROM client_keys WHERE key_hash = ?`, hash)
-			if errors.Is(err, sql.ErrNoRows) {
-				return ClientKey{}, ErrKeyRejected
-			}
-			if err != nil {
-				return ClientKey{}, fmt.Errorf("authenticate client key: %w", err)
-			}
-			k := r.key()
-			s.keys.keep(byHash(hash), k, gen, now)
-			return k, nil
-		})
-		if err != nil {
-			return ClientKey{}, err
+	k, err := s.rememberedKey(ctx, byHash(hash), func(ctx context.Context) (ClientKey, error) {
+		var r clientKeyRow
+		err := s.get(ctx, &r, `SELECT `+clientKeyColumns+` FROM client_keys WHERE key_hash = ?`, hash)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ClientKey{}, ErrKeyRejected
 		}
+		if err != nil {
+			return ClientKey{}, fmt.Errorf("authenticate client key: %w", err)
+		}
+		return r.key(), nil
+	})
+	if err != nil {
+		return ClientKey{}, err
 	}
-	if !k.Usable(now) {
+	if !k.Usable(s.now()) {
 		return ClientKey{}, ErrKeyRejected
 	}
 	return k, nil
+}
+
+// rememberedKey returns the key the cache keeps under entry (an id, or
+// byHash of a secret's hash), or reads it (one read for the callers that
+// miss it at once) and keeps it. A read that fails is not kept.
+func (s *Store) rememberedKey(ctx context.Context, entry string, read func(context.Context) (ClientKey, error)) (ClientKey, error) {
+	now := s.now()
+	k, gen, ok := s.keys.cached(entry, now)
+	if ok {
+		return k, nil
+	}
+	return shared(ctx, &s.flight, flightKey("key", gen, entry), func(ctx context.Context) (ClientKey, error) {
+		k, err := read(ctx)
+		if err != nil {
+			return ClientKey{}, err
+		}
+		s.keys.keep(entry, k, gen, now)
+		return k, nil
+	})
 }
 
 // byHash is the key cache's entry for a key found by its secret's hash
@@ -316,19 +328,7 @@ func (s *Store) KeysEverCreated(ctx context.Context) (bool, error) {
 // request). Reads are reused for keysTTL; every write to a key drops them
 // at once, on every replica (announced like account writes).
 func (s *Store) CurrentClientKey(ctx context.Context, id string) (ClientKey, error) {
-	now := s.now()
-	k, gen, ok := s.keys.cached(id, now)
-	if ok {
-		return k, nil
-	}
-	return shared(ctx, &s.flight, flightKey("key-id", gen, id), func(ctx context.Context) (ClientKey, error) {
-		k, err := s.ClientKey(ctx, id)
-		if err != nil {
-			return ClientKey{}, err
-		}
-		s.keys.keep(id, k, gen, now)
-		return k, nil
-	})
+	return s.rememberedKey(ctx, id, func(ctx context.Context) (ClientKey, error) { return s.ClientKey(ctx, id) })
 }
 
 // AddClientKeyUse records requests made with keys: uses maps a key id to
