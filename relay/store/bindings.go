@@ -103,38 +103,96 @@ type BindingLookup struct {
 // BindingsFor returns the live rows for a request: its thread row and
 // process-session preference within the client scope, and any operator pin of
 // its raw session or raw thread. Expired and abandoned rows are left out.
+// Lookups made at the same time share one read (see batcher).
 func (s *Store) BindingsFor(ctx context.Context, l BindingLookup) ([]Binding, error) {
-	var conds []string
-	var args []any
-	if l.ThreadKey != "" {
-		conds = append(conds, "(kind = ? AND binding_key = ? AND client_scope = ?)")
-		args = append(args, string(BindThread), l.ThreadKey, l.ClientScope)
-	}
-	if l.SessionKey != "" {
-		conds = append(conds, "(kind = ? AND binding_key = ? AND client_scope = ?)")
-		args = append(args, string(BindSession), l.SessionKey, l.ClientScope)
-	}
-	if l.RawSession != "" {
-		conds = append(conds, "(kind = ? AND binding_key = ?)")
-		args = append(args, string(BindRawSession), l.RawSession)
-	}
-	if l.RawThread != "" {
-		conds = append(conds, "(kind = ? AND binding_key = ?)")
-		args = append(args, string(BindRawThread), l.RawThread)
-	}
-	if len(conds) == 0 {
+	if len(l.keys(nil)) == 0 {
 		return nil, nil
 	}
-	args = append(args, s.now().UnixMilli())
-	var rows []bindingRow
-	err := s.selectAll(ctx, &rows, `SELECT `+bindingColumns+` FROM bindings WHERE (`+strings.Join(conds, " OR ")+`)
-		AND (expires_at IS NULL OR expires_at > ?) AND abandoned_scope IS NULL`, args...)
+	rows, err := s.bindingReads.do(ctx, l)
 	if err != nil {
 		return nil, fmt.Errorf("read bindings: %w", err)
 	}
-	out := make([]Binding, len(rows))
-	for i, r := range rows {
-		out[i] = r.binding()
+	return rows, nil
+}
+
+// bindingKey is one (kind, key) a lookup asks for.
+type bindingKey struct{ kind, key string }
+
+// keys appends the (kind, key) pairs l asks for to to.
+func (l BindingLookup) keys(to []bindingKey) []bindingKey {
+	for _, k := range []bindingKey{{string(BindThread), l.ThreadKey}, {string(BindSession), l.SessionKey},
+		{string(BindRawSession), l.RawSession}, {string(BindRawThread), l.RawThread}} {
+		if k.key != "" {
+			to = append(to, k)
+		}
+	}
+	return to
+}
+
+// wants reports whether row r is one l asks for: its thread or session row
+// in l's client scope, or a pin of its raw session or thread in any. Pure.
+func (l BindingLookup) wants(r bindingRow) bool {
+	switch BindingKind(r.Kind) {
+	case BindThread:
+		return l.ThreadKey != "" && r.Key == l.ThreadKey && r.ClientScope == l.ClientScope
+	case BindSession:
+		return l.SessionKey != "" && r.Key == l.SessionKey && r.ClientScope == l.ClientScope
+	case BindRawSession:
+		return l.RawSession != "" && r.Key == l.RawSession
+	case BindRawThread:
+		return l.RawThread != "" && r.Key == l.RawThread
+	}
+	return false
+}
+
+// bindingsQueries[i] reads the live rows of 1<<i (kind, key) pairs; a
+// read pads its pairs up to the next of these sizes (repeating its last),
+// so a few prepared statements serve every batch.
+var bindingsQueries = func() []string {
+	var qs []string
+	for n := 1; n <= 4*batchMax; n *= 2 {
+		qs = append(qs, `SELECT `+bindingColumns+` FROM bindings WHERE (`+
+			strings.Repeat("(kind = ? AND binding_key = ?) OR ", n-1)+`(kind = ? AND binding_key = ?))
+		AND (expires_at IS NULL OR expires_at > ?) AND abandoned_scope IS NULL`)
+	}
+	return qs
+}()
+
+// readBindings answers lookups with one read: the rows of every (kind,
+// key) they ask for, whatever their scope, each lookup then given those it
+// wants.
+func (s *Store) readBindings(ctx context.Context, ls []BindingLookup) ([][]Binding, error) {
+	var keys []bindingKey
+	seen := map[bindingKey]bool{}
+	for _, l := range ls {
+		for _, k := range l.keys(nil) {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	size := 0
+	for 1<<size < len(keys) {
+		size++
+	}
+	args := make([]any, 0, 2<<size+1)
+	for i := range 1 << size {
+		k := keys[min(i, len(keys)-1)]
+		args = append(args, k.kind, k.key)
+	}
+	args = append(args, s.now().UnixMilli())
+	var rows []bindingRow
+	if err := s.selectAll(ctx, &rows, bindingsQueries[size], args...); err != nil {
+		return nil, err
+	}
+	out := make([][]Binding, len(ls))
+	for i, l := range ls {
+		for _, r := range rows {
+			if l.wants(r) {
+				out[i] = append(out[i], r.binding())
+			}
+		}
 	}
 	return out, nil
 }

@@ -262,3 +262,90 @@ func TestDeleteAccountDropsItsBindings(t *testing.T) {
 		assert.Zero(t, total)
 	})
 }
+
+// Lookups made while a read of bindings is under way share the next read,
+// and each gets exactly what a read of its own gives: its thread and
+// session rows in its own client scope only, the pins of its raw ids in
+// any, nothing expired.
+func TestLookupsMadeTogetherShareOneRead(t *testing.T) {
+	eachWithClock(t, func(t *testing.T, s *store.Store, c *clock) {
+		ctx := context.Background()
+		place := func(scope, thread, session, acct string, ttl time.Duration) {
+			t.Helper()
+			require.NoError(t, s.Place(ctx, store.Placement{ClientScope: scope, ThreadKey: thread, SessionKey: session,
+				SessionID: "raw-" + session, ThreadID: "raw-" + thread, AccountID: acct, Source: "admission", TTL: ttl, SeedSession: session != ""}))
+		}
+		for i := range 6 {
+			place("key_1", fmt.Sprint("v1:thread:t", i), fmt.Sprint("v1:s:s", i%2), fmt.Sprint("acc_", i), time.Hour)
+		}
+		place("key_2", "v1:thread:t0", "v1:s:s0", "acc_other", time.Hour) // the same keys in another scope
+		place("key_1", "v1:thread:old", "", "acc_old", time.Minute)
+		_, err := s.Pin(ctx, store.BindRawSession, "pinned-session", "acc_pin", "operator")
+		require.NoError(t, err)
+		_, err = s.Pin(ctx, store.BindRawThread, "pinned-thread", "acc_pint", "operator")
+		require.NoError(t, err)
+		c.Add(2 * time.Minute) // v1:thread:old expires
+
+		lookups := []store.BindingLookup{
+			{ClientScope: "key_1", ThreadKey: "v1:thread:t0", SessionKey: "v1:s:s0"},
+			{ClientScope: "key_2", ThreadKey: "v1:thread:t0", SessionKey: "v1:s:s0"},
+			{ClientScope: "key_1", ThreadKey: "v1:thread:t1", SessionKey: "v1:s:s1", RawSession: "pinned-session"},
+			{ClientScope: "key_1", ThreadKey: "v1:thread:old"},
+			{ClientScope: "key_1", ThreadKey: "v1:thread:t5", RawThread: "pinned-thread"},
+			{ClientScope: "key_3", ThreadKey: "v1:thread:t2"},
+			{ClientScope: "key_1", ThreadKey: "v1:thread:new", SessionKey: "v1:s:s0"},
+			{RawThread: "pinned-thread"},
+			{ClientScope: "key_1", ThreadKey: "v1:thread:t0", SessionKey: "v1:s:s0"},
+		}
+		want := []map[store.BindingKind]string{
+			{store.BindThread: "acc_0", store.BindSession: "acc_0"},
+			{store.BindThread: "acc_other", store.BindSession: "acc_other"},
+			{store.BindThread: "acc_1", store.BindSession: "acc_1", store.BindRawSession: "acc_pin"},
+			{},
+			{store.BindThread: "acc_5", store.BindRawThread: "acc_pint"},
+			{},
+			{store.BindSession: "acc_0"},
+			{store.BindRawThread: "acc_pint"},
+			{store.BindThread: "acc_0", store.BindSession: "acc_0"},
+		}
+		accounts := func(bs []store.Binding) map[store.BindingKind]string {
+			m := map[store.BindingKind]string{}
+			for _, b := range bs {
+				m[b.Kind] = b.AccountID
+			}
+			return m
+		}
+		alone := make([][]store.Binding, len(lookups))
+		for i, l := range lookups {
+			alone[i], err = s.BindingsFor(ctx, l)
+			require.NoError(t, err)
+		}
+
+		gate := store.GateBatches(s)
+		lead := make(chan error, 1)
+		go func() {
+			_, err := s.BindingsFor(ctx, store.BindingLookup{ClientScope: "key_1", ThreadKey: "v1:thread:t3"})
+			lead <- err
+		}()
+		require.Eventually(t, func() bool { return len(gate.Sizes()) == 1 }, 5*time.Second, time.Millisecond)
+		together := make([][]store.Binding, len(lookups))
+		var wg sync.WaitGroup
+		for i, l := range lookups {
+			wg.Go(func() {
+				var err error
+				together[i], err = s.BindingsFor(ctx, l)
+				assert.NoError(t, err)
+			})
+		}
+		require.Eventually(t, func() bool { return gate.Queued() == len(lookups) }, 5*time.Second, time.Millisecond)
+		gate.Open()
+		wg.Wait()
+		require.NoError(t, <-lead)
+		assert.Equal(t, []int{1, len(lookups)}, gate.Sizes(), "one read for the first, one for all that came meanwhile")
+		for i := range lookups {
+			assert.Equal(t, want[i], accounts(together[i]), "lookup %d", i)
+			assert.ElementsMatch(t, alone[i], together[i], "lookup %d: read together as alone", i)
+			assert.Len(t, together[i], len(want[i]), "lookup %d: each row once", i)
+		}
+	})
+}

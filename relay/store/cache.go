@@ -207,6 +207,13 @@ func (s *Store) execUnprepared(ctx context.Context, query string, args ...any) (
 	return s.db.ExecContext(ctx, s.q(query), args...)
 }
 
+// writeQueryUnprepared is writeQuery for a write whose text varies (a
+// batch's VALUES), unprepared.
+func (s *Store) writeQueryUnprepared(ctx context.Context, dest any, query string, args ...any) error {
+	defer s.writeTurn()()
+	return s.db.SelectContext(ctx, dest, s.q(query), args...)
+}
+
 // get reads one row into dest (sql.ErrNoRows when there is none).
 func (s *Store) get(ctx context.Context, dest any, query string, args ...any) error {
 	st, err := s.prepared(ctx, query)

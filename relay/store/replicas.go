@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/lib/pq"
@@ -232,29 +234,16 @@ type LaneLease struct {
 // dead or vanished replica is taken over with the next epoch. One statement
 // decides, so two replicas taking a thread over at once cannot both win;
 // it returns the lease when me holds it, so only a lease held elsewhere
-// costs a second round trip (to read its holder). Every new
-// thread takes one: under a burst on PostgreSQL these round trips queued
-// for connections with the rest.
+// costs a second round trip (to read its holder). Every new thread takes
+// one: leases taken at the same time share one statement (see batcher), so
+// a burst of new threads does not queue for connections one lease each.
 func (s *Store) LeaseLane(ctx context.Context, threadKey, scope, me string, liveSince time.Time) (LaneLease, error) {
-	now := s.now().UnixMilli()
-	var held []struct {
-		Epoch   int64          `db:"epoch"`
-		Address sql.NullString `db:"address"`
-	}
-	err := s.writeQuery(ctx, &held, `INSERT INTO lane_leases (thread_key, client_scope, replica_id, epoch, renewed_at) VALUES (?, ?, ?, 1, ?)
-		ON CONFLICT (thread_key, client_scope) DO UPDATE SET
-			epoch = CASE WHEN lane_leases.replica_id = excluded.replica_id THEN lane_leases.epoch ELSE lane_leases.epoch + 1 END,
-			replica_id = excluded.replica_id, renewed_at = excluded.renewed_at
-		WHERE lane_leases.replica_id = excluded.replica_id
-			OR NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = lane_leases.replica_id AND r.heartbeat_at >= ?)
-		RETURNING epoch, (SELECT r.address FROM replicas r WHERE r.id = lane_leases.replica_id) AS address`,
-		threadKey, scope, me, now, liveSince.UnixMilli())
-	s.noteWrite(ctx, err)
+	won, err := s.leaseWrites.do(ctx, leaseAsk{thread: threadKey, scope: scope, me: me, liveSince: liveSince.UnixMilli()})
 	if err != nil {
 		return LaneLease{}, fmt.Errorf("lease lane: %w", err)
 	}
-	if len(held) == 1 {
-		return LaneLease{ThreadKey: threadKey, ClientScope: scope, ReplicaID: me, Address: held[0].Address.String, Epoch: held[0].Epoch}, nil
+	if won.held {
+		return LaneLease{ThreadKey: threadKey, ClientScope: scope, ReplicaID: me, Address: won.address, Epoch: won.epoch}, nil
 	}
 	var row struct {
 		ReplicaID string         `db:"replica_id"`
@@ -267,6 +256,103 @@ func (s *Store) LeaseLane(ctx context.Context, threadKey, scope, me string, live
 		return LaneLease{}, fmt.Errorf("read lane lease: %w", err)
 	}
 	return LaneLease{ThreadKey: threadKey, ClientScope: scope, ReplicaID: row.ReplicaID, Address: row.Address.String, Epoch: row.Epoch}, nil
+}
+
+// leaseAsk is one LeaseLane call; leaseWon its answer from the write.
+type leaseAsk struct {
+	thread, scope, me string
+	liveSince         int64 // unix ms
+}
+
+type leaseWon struct {
+	held    bool // me holds the lease now; else another live replica does
+	epoch   int64
+	address string
+}
+
+// leaseUpsert takes or renews leases for one replica: its VALUES rows
+// (thread_key, client_scope, replica_id, 1, renewed_at) go after it, then
+// leaseOnConflict with the liveness bound.
+const (
+	leaseUpsert     = `INSERT INTO lane_leases (thread_key, client_scope, replica_id, epoch, renewed_at) VALUES `
+	leaseRow        = `(?, ?, ?, 1, ?)`
+	leaseOnConflict = `
+		ON CONFLICT (thread_key, client_scope) DO UPDATE SET
+			epoch = CASE WHEN lane_leases.replica_id = excluded.replica_id THEN lane_leases.epoch ELSE lane_leases.epoch + 1 END,
+			replica_id = excluded.replica_id, renewed_at = excluded.renewed_at
+		WHERE lane_leases.replica_id = excluded.replica_id
+			OR NOT EXISTS (SELECT 1 FROM replicas r WHERE r.id = lane_leases.replica_id AND r.heartbeat_at >= ?)
+		RETURNING thread_key, client_scope, epoch, (SELECT r.address FROM replicas r WHERE r.id = lane_leases.replica_id) AS address`
+)
+
+// writeLeases takes or renews the leases asks name, one statement for
+// each replica among them (there is one, this replica, but for tests
+// that play several on one Store). A thread asked for twice is written
+// once. Within one statement the oldest liveness bound counts: the
+// replica it spares is the one a lone call would spare soonest.
+// A lone lease runs prepared; a batch's text varies with its size, so it
+// runs unprepared (one statement still, instead of one each).
+func (s *Store) writeLeases(ctx context.Context, asks []leaseAsk) ([]leaseWon, error) {
+	type thread struct{ key, scope string }
+	type held struct {
+		Thread  string         `db:"thread_key"`
+		Scope   string         `db:"client_scope"`
+		Epoch   int64          `db:"epoch"`
+		Address sql.NullString `db:"address"`
+	}
+	won := map[string]map[thread]leaseWon{}
+	now := s.now().UnixMilli()
+	for _, me := range uniqueReplicas(asks) {
+		var rows []string
+		var args []any
+		liveSince := int64(0)
+		seen := map[thread]bool{}
+		for _, a := range asks {
+			t := thread{a.thread, a.scope}
+			if a.me != me || seen[t] {
+				continue
+			}
+			seen[t] = true
+			if liveSince == 0 || a.liveSince < liveSince {
+				liveSince = a.liveSince
+			}
+			rows = append(rows, leaseRow)
+			args = append(args, a.thread, a.scope, me, now)
+		}
+		args = append(args, liveSince)
+		query := leaseUpsert + strings.Join(rows, ", ") + leaseOnConflict
+		var got []held
+		var err error
+		if len(rows) == 1 {
+			err = s.writeQuery(ctx, &got, query, args...)
+		} else {
+			err = s.writeQueryUnprepared(ctx, &got, query, args...)
+		}
+		s.noteWrite(ctx, err)
+		if err != nil {
+			return nil, err
+		}
+		won[me] = map[thread]leaseWon{}
+		for _, h := range got {
+			won[me][thread{h.Thread, h.Scope}] = leaseWon{held: true, epoch: h.Epoch, address: h.Address.String}
+		}
+	}
+	out := make([]leaseWon, len(asks))
+	for i, a := range asks {
+		out[i] = won[a.me][thread{a.thread, a.scope}]
+	}
+	return out, nil
+}
+
+// uniqueReplicas is the replicas asks are made for, in order of first ask.
+func uniqueReplicas(asks []leaseAsk) []string {
+	var mes []string
+	for _, a := range asks {
+		if !slices.Contains(mes, a.me) {
+			mes = append(mes, a.me)
+		}
+	}
+	return mes
 }
 
 // DeleteStaleLeases deletes leases last renewed before before.

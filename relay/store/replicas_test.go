@@ -215,3 +215,79 @@ func TestLaneLeases(t *testing.T) {
 		assert.Equal(t, int64(2), n)
 	})
 }
+
+// Leases taken while a lease write is under way share the next write, and
+// each comes out as it would alone: a new thread's at epoch 1, a live
+// holder's left to it (with its address to forward to), a dead holder's
+// taken over, this replica's own renewed; a thread asked for twice in one
+// batch is written once, and another replica's asks are its own.
+func TestLeasesTakenTogetherShareOneWrite(t *testing.T) {
+	eachWithClock(t, func(t *testing.T, s *store.Store, clk *clock) {
+		ctx := context.Background()
+		beat := func(id string) {
+			require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: id, Name: id, Address: "http://" + id, StartedAt: clk.Now()}))
+		}
+		live := func() time.Time { return clk.Now().Add(-15 * time.Second) }
+		lease := func(thread, scope, me string) store.LaneLease {
+			t.Helper()
+			l, err := s.LeaseLane(ctx, thread, scope, me, live())
+			require.NoError(t, err)
+			return l
+		}
+		beat("r1")
+		beat("r2")
+		beat("gone")
+		lease("v1:thread:live", "key_1", "r2")
+		lease("v1:thread:dead", "key_1", "gone")
+		lease("v1:thread:mine", "key_1", "r1")
+		clk.Add(20 * time.Second) // "gone" stops beating
+		beat("r1")
+		beat("r2")
+
+		gate := store.GateBatches(s)
+		lead := make(chan store.LaneLease, 1)
+		go func() { lead <- lease("v1:thread:first", "key_1", "r1") }()
+		require.Eventually(t, func() bool { return len(gate.Sizes()) == 1 }, 5*time.Second, time.Millisecond)
+		type ask struct{ thread, scope, me string }
+		asks := []ask{
+			{"v1:thread:new", "key_1", "r1"},
+			{"v1:thread:new", "key_1", "r1"},
+			{"v1:thread:live", "key_1", "r1"},
+			{"v1:thread:dead", "key_1", "r1"},
+			{"v1:thread:mine", "key_1", "r1"},
+			{"v1:thread:other", "key_1", "r2"},
+			{"v1:thread:new", "key_2", "r1"},
+		}
+		got := make([]store.LaneLease, len(asks))
+		var wg sync.WaitGroup
+		for i, a := range asks {
+			wg.Go(func() {
+				l, err := s.LeaseLane(ctx, a.thread, a.scope, a.me, live())
+				assert.NoError(t, err)
+				got[i] = l
+			})
+		}
+		require.Eventually(t, func() bool { return gate.Queued() == len(asks) }, 5*time.Second, time.Millisecond)
+		gate.Open()
+		wg.Wait()
+		assert.Equal(t, store.LaneLease{ThreadKey: "v1:thread:first", ClientScope: "key_1", ReplicaID: "r1", Address: "http://r1", Epoch: 1}, <-lead)
+		assert.Equal(t, []int{1, len(asks)}, gate.Sizes(), "one write for the first, one for all that came meanwhile")
+		held := func(thread, scope, holder string, epoch int64) store.LaneLease {
+			return store.LaneLease{ThreadKey: thread, ClientScope: scope, ReplicaID: holder, Address: "http://" + holder, Epoch: epoch}
+		}
+		assert.Equal(t, []store.LaneLease{
+			held("v1:thread:new", "key_1", "r1", 1),
+			held("v1:thread:new", "key_1", "r1", 1),
+			held("v1:thread:live", "key_1", "r2", 1),
+			held("v1:thread:dead", "key_1", "r1", 2),
+			held("v1:thread:mine", "key_1", "r1", 1),
+			held("v1:thread:other", "key_1", "r2", 1),
+			held("v1:thread:new", "key_2", "r1", 1),
+		}, got)
+
+		// What was written is what the next lone calls find.
+		assert.Equal(t, held("v1:thread:dead", "key_1", "r1", 2), lease("v1:thread:dead", "key_1", "r2"))
+		assert.Equal(t, held("v1:thread:other", "key_1", "r2", 1), lease("v1:thread:other", "key_1", "r1"))
+		assert.Equal(t, held("v1:thread:new", "key_2", "r1", 1), lease("v1:thread:new", "key_2", "r2"))
+	})
+}

@@ -254,6 +254,10 @@ type Store struct {
 	// refused holds the error of the latest write that tells whether the
 	// database takes writes (see noteWrite); nil once one went through.
 	refused atomic.Pointer[error]
+	// bindingReads and leaseWrites share one round trip among the
+	// requests that read bindings, or lease lanes, at the same time.
+	bindingReads batcher[BindingLookup, []Binding]
+	leaseWrites  batcher[leaseAsk, leaseWon]
 }
 
 // Options configure Open.
@@ -310,7 +314,10 @@ func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{db: db, loc: loc, sealer: sealer, nowFunc: now}, nil
+	s := &Store{db: db, loc: loc, sealer: sealer, nowFunc: now}
+	s.bindingReads.run = s.readBindings
+	s.leaseWrites.run = s.writeLeases
+	return s, nil
 }
 
 // Close releases the prepared statements and the connection pool.
