@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"time"
@@ -147,6 +148,7 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file (go tool pprof -sample_index alloc_space)")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile of the whole run to this file")
+	tracePath := fs.String("trace", "", "write an execution trace of the whole run to this file: where goroutines waited for the network, a system call or a CPU, which the block profile does not show (go tool trace -pprof=net, syscall or sched FILE)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -206,7 +208,7 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	if o.busyProfile != "" && o.idle > 0 {
 		return errors.New("bench: -busyprofile is for the turn workload or -soak, not -idle")
 	}
-	stopProfiles, err := startProfiles(*cpuProfile, *memProfile, *mutexProfile, *blockProfile, o.idleProfile != "" || o.busyProfile != "")
+	stopProfiles, err := startProfiles(*cpuProfile, *memProfile, *mutexProfile, *blockProfile, *tracePath, o.idleProfile != "" || o.busyProfile != "")
 	if err != nil {
 		return err
 	}
@@ -343,14 +345,29 @@ func (o benchOptions) sessions() int {
 
 // startProfiles starts the profiles asked for and returns what writes
 // them at the end of the run.
-func startProfiles(cpuPath, memPath, mutexPath, blockPath string, heap bool) (stop func() error, err error) {
-	var cpuFile *os.File
+func startProfiles(cpuPath, memPath, mutexPath, blockPath, tracePath string, heap bool) (stop func() error, err error) {
+	var cpuFile, traceFile *os.File
 	if cpuPath != "" {
 		if cpuFile, err = os.Create(cpuPath); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 		if err := pprof.StartCPUProfile(cpuFile); err != nil {
 			cpuFile.Close()
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
+	if tracePath != "" {
+		if traceFile, err = os.Create(tracePath); err == nil {
+			err = trace.Start(traceFile)
+		}
+		if err != nil {
+			if cpuFile != nil {
+				pprof.StopCPUProfile()
+				cpuFile.Close()
+			}
+			if traceFile != nil {
+				traceFile.Close()
+			}
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 	}
@@ -374,6 +391,10 @@ func startProfiles(cpuPath, memPath, mutexPath, blockPath string, heap bool) (st
 		if cpuFile != nil {
 			pprof.StopCPUProfile()
 			errs = append(errs, cpuFile.Close())
+		}
+		if traceFile != nil {
+			trace.Stop()
+			errs = append(errs, traceFile.Close())
 		}
 		errs = append(errs, write(memPath, "allocs"), write(mutexPath, "mutex"), write(blockPath, "block"))
 		runtime.SetMutexProfileFraction(0)

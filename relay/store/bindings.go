@@ -105,7 +105,7 @@ type BindingLookup struct {
 // its raw session or raw thread. Expired and abandoned rows are left out.
 // Lookups made at the same time share one read (see batcher).
 func (s *Store) BindingsFor(ctx context.Context, l BindingLookup) ([]Binding, error) {
-	if len(l.keys(nil)) == 0 {
+	if len(l.keys()) == 0 {
 		return nil, nil
 	}
 	rows, err := s.bindingReads.do(ctx, l)
@@ -115,18 +115,15 @@ func (s *Store) BindingsFor(ctx context.Context, l BindingLookup) ([]Binding, er
 	return rows, nil
 }
 
-// bindingKey is one (kind, key) a lookup asks for.
-type bindingKey struct{ kind, key string }
-
-// keys appends the (kind, key) pairs l asks for to to.
-func (l BindingLookup) keys(to []bindingKey) []bindingKey {
-	for _, k := range []bindingKey{{string(BindThread), l.ThreadKey}, {string(BindSession), l.SessionKey},
-		{string(BindRawSession), l.RawSession}, {string(BindRawThread), l.RawThread}} {
-		if k.key != "" {
-			to = append(to, k)
+// keys is the binding keys l asks for, of whatever kind.
+func (l BindingLookup) keys() []string {
+	var keys []string
+	for _, k := range [...]string{l.ThreadKey, l.SessionKey, l.RawSession, l.RawThread} {
+		if k != "" {
+			keys = append(keys, k)
 		}
 	}
-	return to
+	return keys
 }
 
 // wants reports whether row r is one l asks for: its thread or session row
@@ -145,27 +142,31 @@ func (l BindingLookup) wants(r bindingRow) bool {
 	return false
 }
 
-// bindingsQueries[i] reads the live rows of 1<<i (kind, key) pairs; a
-// read pads its pairs up to the next of these sizes (repeating its last),
-// so a few prepared statements serve every batch.
+// bindingsQueries[i] reads the live rows of 1<<i binding keys, of any
+// kind and scope (the kinds are named so the unique index on kind,
+// binding_key, client_scope serves the read); a read pads its keys up to
+// the next of these sizes (repeating its last), so a few prepared
+// statements serve every batch. An IN list, not an OR of (kind, key)
+// pairs: PostgreSQL plans 256 ORed pairs in about 5 ms, this in under 1.
 var bindingsQueries = func() []string {
 	var qs []string
 	for n := 1; n <= 4*batchMax; n *= 2 {
-		qs = append(qs, `SELECT `+bindingColumns+` FROM bindings WHERE (`+
-			strings.Repeat("(kind = ? AND binding_key = ?) OR ", n-1)+`(kind = ? AND binding_key = ?))
+		qs = append(qs, `SELECT `+bindingColumns+` FROM bindings
+		WHERE kind IN ('`+string(BindThread)+`', '`+string(BindSession)+`', '`+string(BindRawSession)+`', '`+string(BindRawThread)+`')
+		AND binding_key IN (`+strings.Repeat("?, ", n-1)+`?)
 		AND (expires_at IS NULL OR expires_at > ?) AND abandoned_scope IS NULL`)
 	}
 	return qs
 }()
 
-// readBindings answers lookups with one read: the rows of every (kind,
-// key) they ask for, whatever their scope, each lookup then given those it
+// readBindings answers lookups with one read: the rows of every key they
+// ask for, whatever their kind and scope, each lookup then given those it
 // wants.
 func (s *Store) readBindings(ctx context.Context, ls []BindingLookup) ([][]Binding, error) {
-	var keys []bindingKey
-	seen := map[bindingKey]bool{}
+	var keys []string
+	seen := map[string]bool{}
 	for _, l := range ls {
-		for _, k := range l.keys(nil) {
+		for _, k := range l.keys() {
 			if !seen[k] {
 				seen[k] = true
 				keys = append(keys, k)
@@ -176,10 +177,9 @@ func (s *Store) readBindings(ctx context.Context, ls []BindingLookup) ([][]Bindi
 	for 1<<size < len(keys) {
 		size++
 	}
-	args := make([]any, 0, 2<<size+1)
+	args := make([]any, 0, 1<<size+1)
 	for i := range 1 << size {
-		k := keys[min(i, len(keys)-1)]
-		args = append(args, k.kind, k.key)
+		args = append(args, keys[min(i, len(keys)-1)])
 	}
 	args = append(args, s.now().UnixMilli())
 	var rows []bindingRow
