@@ -272,7 +272,7 @@ func TestBenchTableHelpAndProfiles(t *testing.T) {
 	dir := t.TempDir()
 	prof := func(name string) string { return filepath.Join(dir, name) }
 	out, errOut, err := runCLI(t, cliEnv{}, "bench", "-conversations", "1", "-turns", "1", "-words", "3", "-transport", "ws",
-		"-cpuprofile", prof("cpu"), "-memprofile", prof("mem"), "-mutexprofile", prof("mutex"), "-blockprofile", prof("block"))
+		"-cpuprofile", prof("cpu"), "-memprofile", prof("mem"), "-mutexprofile", prof("mutex"), "-blockprofile", prof("block"), "-trace", prof("trace"))
 	require.NoError(t, err, errOut)
 	assert.Contains(t, out, "WebSocket, 1 sessions")
 	assert.Regexp(t, `measure +direct +pipe +relay +relay vs pipe`, out)
@@ -282,7 +282,7 @@ func TestBenchTableHelpAndProfiles(t *testing.T) {
 	assert.Contains(t, out, "getrusage")
 	assert.NotContains(t, out, "HTTP/SSE")
 	assert.NotContains(t, out, "failed, the first")
-	for _, name := range []string{"cpu", "mem", "mutex", "block"} {
+	for _, name := range []string{"cpu", "mem", "mutex", "block", "trace"} {
 		fi, err := os.Stat(prof(name))
 		if assert.NoError(t, err, name) {
 			assert.Positive(t, fi.Size(), name)
@@ -292,7 +292,7 @@ func TestBenchTableHelpAndProfiles(t *testing.T) {
 	_, errOut, err = runCLI(t, cliEnv{}, "bench", "-help")
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, f := range []string{"-conversations", "-turns", "-words", "-deltas", "-pace", "-paced", "-ramp", "-burst", "-idle", "-idle-hold", "-idleprofile", "-busyprofile",
-		"-accounts", "-transport", "-targets", "-client-deflate", "-json", "-cpuprofile", "-memprofile", "-mutexprofile", "-blockprofile", "-database-url"} {
+		"-accounts", "-transport", "-targets", "-client-deflate", "-json", "-cpuprofile", "-memprofile", "-mutexprofile", "-blockprofile", "-trace", "-database-url"} {
 		assert.Regexp(t, `(?m)^  `+f+`\b`, errOut)
 	}
 }
