@@ -28,6 +28,42 @@ func (ch *choice) release() {
 	}
 }
 
+// bindingLookup names the binding rows that bear on r.
+func bindingLookup(r *request) store.BindingLookup {
+	return store.BindingLookup{
+		ClientScope: r.client.scope(), ThreadKey: string(r.ident.Key), SessionKey: string(r.ident.SessionKey),
+		RawSession: r.ident.Session, RawThread: r.ident.Thread,
+	}
+}
+
+// readBindingsAhead starts reading r's bindings, for its first choice to
+// take (see bindingsOf), while the request waits for something else: a
+// new thread's lane lease and its bindings are then one round trip's
+// wait, not two. The read ends with ctx, or on its own.
+func (s *Server) readBindingsAhead(ctx context.Context, r *request) {
+	a := &bindingsRead{done: make(chan struct{})}
+	r.bindingsAhead = a
+	go func() {
+		defer close(a.done)
+		a.rows, a.err = s.cfg.Store.BindingsFor(ctx, bindingLookup(r))
+	}()
+}
+
+// bindingsOf is r's bindings: those read ahead for its first choice, or
+// read now.
+func (s *Server) bindingsOf(ctx context.Context, r *request) ([]store.Binding, error) {
+	if a := r.bindingsAhead; a != nil {
+		r.bindingsAhead = nil
+		select {
+		case <-a.done:
+			return a.rows, a.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.cfg.Store.BindingsFor(ctx, bindingLookup(r))
+}
+
 // choose reads the accounts in the client's scope, the thread's binding
 // rows and the evidence the request presents, and selects the account for
 // p's next attempt. An account whose credentials cannot be had now (its
@@ -50,10 +86,7 @@ func (s *Server) choose(ctx context.Context, r *request, p plan, exclude map[str
 			ch.fallbackInScope = ch.fallbackInScope || isFallback(a)
 		}
 	}
-	ch.rows, err = s.cfg.Store.BindingsFor(ctx, store.BindingLookup{
-		ClientScope: r.client.scope(), ThreadKey: string(r.ident.Key), SessionKey: string(r.ident.SessionKey),
-		RawSession: r.ident.Session, RawThread: r.ident.Thread,
-	})
+	ch.rows, err = s.bindingsOf(ctx, r)
 	if err != nil {
 		return choice{}, storeUnavailable("read bindings", err)
 	}

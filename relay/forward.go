@@ -135,6 +135,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, req *request) b
 	if held && now.Sub(seen.(leaseSeen).at) < leaseRenewal {
 		return false // held here and renewed lately; a live replica keeps its leases
 	}
+	// The request is most likely served here (a new thread's first, or a
+	// lease this replica renews): its bindings are read meanwhile.
+	s.readBindingsAhead(r.Context(), req)
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	lease, err := s.cfg.Store.LeaseLane(ctx, string(req.ident.Key), req.client.scope(), rc.ID, s.ReplicaLiveSince())
 	cancel()

@@ -1,10 +1,18 @@
 package relay
 
 import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/store/storetest"
 )
 
 func TestHopSignature(t *testing.T) {
@@ -59,4 +67,35 @@ func TestTookOver(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, tookOver(tc.before, tc.held, tc.epoch), tc.name)
 	}
+}
+
+// A request that takes its thread's lane lease has its bindings read
+// meanwhile, and its first choice takes them; later choices read afresh.
+func TestBindingsAreReadWhileTheLeaseIsTaken(t *testing.T) {
+	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	s := New(Config{Store: st, Logger: slog.New(slog.DiscardHandler),
+		Replica: ReplicaConfig{ID: "rep_a", Address: "http://127.0.0.1:1", HopKey: []byte("hop key")}})
+	defer s.Close()
+	ctx := context.Background()
+	place := func(account string) {
+		require.NoError(t, st.Place(ctx, store.Placement{ClientScope: "key_1", ThreadKey: "v1:thread:t", ThreadID: "t",
+			AccountID: account, Source: "admission", TTL: time.Hour}))
+	}
+	place("acc_a")
+	req := &request{client: client{key: store.ClientKey{ID: "key_1"}, keyed: true}, ident: Identity{Key: "v1:thread:t", Thread: "t"}}
+	served := s.forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/responses", nil), req)
+	require.False(t, served, "the lease is this replica's: served here")
+	require.NotNil(t, req.bindingsAhead, "the bindings are read while the lease is taken")
+
+	rows, err := s.bindingsOf(ctx, req)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	assert.Equal(t, "acc_a", rows[0].AccountID)
+	assert.Nil(t, req.bindingsAhead, "taken once")
+
+	place("acc_b")
+	rows, err = s.bindingsOf(ctx, req)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	assert.Equal(t, "acc_b", rows[0].AccountID, "a later choice reads afresh")
 }

@@ -46,6 +46,16 @@ type request struct {
 	// response and then the new items, from continuity; nil when continuity
 	// does not hold the chain.
 	history []json.RawMessage
+	// bindingsAhead is the thread's bindings, being read while the
+	// request waits for its lane lease; its first choice takes them.
+	bindingsAhead *bindingsRead
+}
+
+// bindingsRead is a read of a request's bindings under way.
+type bindingsRead struct {
+	done chan struct{} // closed once rows and err are set
+	rows []store.Binding
+	err  error
 }
 
 // newRequest admits a request: its history is resolved once, from
