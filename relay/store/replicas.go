@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -288,10 +289,12 @@ const (
 // writeLeases takes or renews the leases asks name, one statement for
 // each replica among them (there is one, this replica, but for tests
 // that play several on one Store). A thread asked for twice is written
-// once. Within one statement the oldest liveness bound counts: the
-// replica it spares is the one a lone call would spare soonest.
-// A lone lease runs prepared; a batch's text varies with its size, so it
-// runs unprepared (one statement still, instead of one each).
+// once. Within one statement the earliest liveness bound counts: a holder
+// that any of the calls would count alive keeps its lease. Rows go in the
+// order of their keys, so two replicas' statements lock the rows they
+// share in the same order and never deadlock. A lone lease runs prepared;
+// a batch's text varies with its size, so it runs unprepared (one
+// statement still, instead of one each).
 func (s *Store) writeLeases(ctx context.Context, asks []leaseAsk) ([]leaseWon, error) {
 	type thread struct{ key, scope string }
 	type held struct {
@@ -306,18 +309,22 @@ func (s *Store) writeLeases(ctx context.Context, asks []leaseAsk) ([]leaseWon, e
 		var rows []string
 		var args []any
 		liveSince := int64(0)
-		seen := map[thread]bool{}
+		var threads []thread
 		for _, a := range asks {
-			t := thread{a.thread, a.scope}
-			if a.me != me || seen[t] {
+			if a.me != me {
 				continue
 			}
-			seen[t] = true
+			threads = append(threads, thread{a.thread, a.scope})
 			if liveSince == 0 || a.liveSince < liveSince {
 				liveSince = a.liveSince
 			}
+		}
+		slices.SortFunc(threads, func(a, b thread) int {
+			return cmp.Or(strings.Compare(a.key, b.key), strings.Compare(a.scope, b.scope))
+		})
+		for _, t := range slices.Compact(threads) {
 			rows = append(rows, leaseRow)
-			args = append(args, a.thread, a.scope, me, now)
+			args = append(args, t.key, t.scope, me, now)
 		}
 		args = append(args, liveSince)
 		query := leaseUpsert + strings.Join(rows, ", ") + leaseOnConflict

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -290,4 +291,79 @@ func TestLeasesTakenTogetherShareOneWrite(t *testing.T) {
 		assert.Equal(t, held("v1:thread:other", "key_1", "r2", 1), lease("v1:thread:other", "key_1", "r1"))
 		assert.Equal(t, held("v1:thread:new", "key_2", "r1", 1), lease("v1:thread:new", "key_2", "r2"))
 	})
+}
+
+// Two replicas that lease the same threads at the same moment, each in one
+// statement, never deadlock: each statement takes its rows in key order,
+// whatever order its requests came in. Here each replica's batch comes in
+// the other's order, and both statements are held at the first row one of
+// them needs, so without that order they would lock each other's rows.
+func TestBatchedLeasesOfTwoReplicasDoNotDeadlock(t *testing.T) {
+	url := storetest.PostgresURL(t)
+	one, two := storetest.Open(t, url, store.Options{}), storetest.Open(t, url, store.Options{})
+	ctx := context.Background()
+	live := func() time.Time { return time.Now().Add(-15 * time.Second) }
+	threads := make([]string, 20)
+	for i := range threads {
+		threads[i] = fmt.Sprintf("v1:thread:%02d", i)
+	}
+	for _, me := range []string{"r1", "r2"} {
+		require.NoError(t, one.Heartbeat(ctx, store.Replica{ID: me, Name: me, StartedAt: time.Now()}))
+	}
+	for _, th := range threads {
+		_, err := one.LeaseLane(ctx, th, "key_1", "r1", live())
+		require.NoError(t, err)
+	}
+
+	db, err := sqlx.Open("postgres", url)
+	require.NoError(t, err)
+	defer db.Close()
+	hold, err := db.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer hold.Rollback() //nolint:errcheck // committed below
+	_, err = hold.ExecContext(ctx, `SELECT 1 FROM lane_leases WHERE thread_key = $1 FOR UPDATE`, threads[0])
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*len(threads)+2)
+	var gates []*store.BatchGate
+	for i, s := range []*store.Store{one, two} {
+		me := []string{"r1", "r2"}[i]
+		g := store.GateBatches(s)
+		gates = append(gates, g)
+		wg.Go(func() {
+			_, err := s.LeaseLane(ctx, "v1:thread:lead-"+me, "key_1", me, live())
+			errs <- err
+		})
+		require.Eventually(t, func() bool { return len(g.Sizes()) == 1 }, 5*time.Second, time.Millisecond)
+		for j := range threads {
+			th := threads[j]
+			if i == 1 {
+				th = threads[len(threads)-1-j] // the other order
+			}
+			wg.Go(func() {
+				_, err := s.LeaseLane(ctx, th, "key_1", me, live())
+				errs <- err
+			})
+			// Queued one by one: the batch keeps this order.
+			require.Eventually(t, func() bool { return g.Queued() == j+1 }, 5*time.Second, 100*time.Microsecond)
+		}
+	}
+	for _, g := range gates {
+		g.Open()
+	}
+	// Both batches wait for the row held here, having locked what they
+	// locked before it.
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := db.GetContext(ctx, &waiting, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO lane_leases%'`)
+		return err == nil && waiting == 2
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, hold.Commit())
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 }
