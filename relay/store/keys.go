@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
+	"slices"
 	"strings"
 	"time"
 
@@ -332,7 +334,10 @@ func (s *Store) CurrentClientKey(ctx context.Context, id string) (ClientKey, err
 }
 
 // AddClientKeyUse records requests made with keys: uses maps a key id to
-// how many, all made by at (its last use). One transaction for them all.
+// how many, all made by at (its last use). One transaction for them all,
+// updating the keys in the order of their ids: two replicas' transactions
+// lock the keys they share in the same order, so they never deadlock (a
+// transaction PostgreSQL aborted for a deadlock would lose its counts).
 func (s *Store) AddClientKeyUse(ctx context.Context, uses map[string]int64, at time.Time) error {
 	if len(uses) == 0 {
 		return nil
@@ -341,8 +346,8 @@ func (s *Store) AddClientKeyUse(ctx context.Context, uses map[string]int64, at t
 	s.warm(ctx, q)
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		exec := s.execIn(tx)
-		for id, n := range uses {
-			if _, err := exec(ctx, q, at.UnixMilli(), n, id); err != nil {
+		for _, id := range slices.Sorted(maps.Keys(uses)) {
+			if _, err := exec(ctx, q, at.UnixMilli(), uses[id], id); err != nil {
 				return err
 			}
 		}
