@@ -317,14 +317,7 @@ func TestBatchedLeasesOfTwoReplicasDoNotDeadlock(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	db, err := sqlx.Open("postgres", url)
-	require.NoError(t, err)
-	defer db.Close()
-	hold, err := db.BeginTxx(ctx, nil)
-	require.NoError(t, err)
-	defer hold.Rollback() //nolint:errcheck // committed below
-	_, err = hold.ExecContext(ctx, `SELECT 1 FROM lane_leases WHERE thread_key = $1 FOR UPDATE`, threads[0])
-	require.NoError(t, err)
+	hold := holdRow(t, url, `SELECT 1 FROM lane_leases WHERE thread_key = $1 FOR UPDATE`, threads[0])
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*len(threads)+2)
@@ -356,13 +349,8 @@ func TestBatchedLeasesOfTwoReplicasDoNotDeadlock(t *testing.T) {
 	}
 	// Both batches wait for the row held here, having locked what they
 	// locked before it.
-	require.Eventually(t, func() bool {
-		var waiting int
-		err := db.GetContext(ctx, &waiting, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO lane_leases%'`)
-		return err == nil && waiting == 2
-	}, 10*time.Second, 5*time.Millisecond)
-	require.NoError(t, hold.Commit())
+	hold.waitForWaiters(t, 2, "INSERT INTO lane_leases")
+	hold.release(t)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -386,27 +374,15 @@ func TestKeyUseOfTwoReplicasDoesNotDeadlock(t *testing.T) {
 	}
 	first := slices.Min(slices.Collect(maps.Keys(uses)))
 
-	db, err := sqlx.Open("postgres", url)
-	require.NoError(t, err)
-	defer db.Close()
-	hold, err := db.BeginTxx(ctx, nil)
-	require.NoError(t, err)
-	defer hold.Rollback() //nolint:errcheck // committed below
-	_, err = hold.ExecContext(ctx, `SELECT 1 FROM client_keys WHERE id = $1 FOR UPDATE`, first)
-	require.NoError(t, err)
+	hold := holdRow(t, url, `SELECT 1 FROM client_keys WHERE id = $1 FOR UPDATE`, first)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	for _, s := range []*store.Store{one, two} {
 		wg.Go(func() { errs <- s.AddClientKeyUse(ctx, uses, time.Now()) })
 	}
-	require.Eventually(t, func() bool {
-		var waiting int
-		err := db.GetContext(ctx, &waiting, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE client_keys%'`)
-		return err == nil && waiting == 2
-	}, 10*time.Second, 5*time.Millisecond)
-	require.NoError(t, hold.Commit())
+	hold.waitForWaiters(t, 2, "UPDATE client_keys")
+	hold.release(t)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -417,4 +393,44 @@ func TestKeyUseOfTwoReplicasDoesNotDeadlock(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), k.RequestCount, "both replicas' use counted")
 	}
+}
+
+// rowHold is a row lock held by a transaction of the test's own on a
+// PostgreSQL database.
+type rowHold struct {
+	db *sqlx.DB
+	tx *sqlx.Tx
+}
+
+// holdRow runs lock (a SELECT ... FOR UPDATE of arg's row) in a
+// transaction on the database at url, and keeps it until release.
+func holdRow(t *testing.T, url, lock string, arg any) *rowHold {
+	t.Helper()
+	db, err := sqlx.Open("postgres", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	tx, err := db.BeginTxx(context.Background(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	_, err = tx.Exec(lock, arg)
+	require.NoError(t, err)
+	return &rowHold{db: db, tx: tx}
+}
+
+// waitForWaiters waits until n of the database's sessions wait for a lock
+// in a statement that begins with prefix.
+func (h *rowHold) waitForWaiters(t *testing.T, n int, prefix string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := h.db.Get(&waiting, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND starts_with(query, $1)`, prefix)
+		return err == nil && waiting == n
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// release commits the holding transaction: the waiters go on.
+func (h *rowHold) release(t *testing.T) {
+	t.Helper()
+	require.NoError(t, h.tx.Commit())
 }
