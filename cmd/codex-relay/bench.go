@@ -148,7 +148,7 @@ func runBench(ctx context.Context, c cli, args []string) error {
 	memProfile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file (go tool pprof -sample_index alloc_space)")
 	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
 	blockProfile := fs.String("blockprofile", "", "write a blocking profile of the whole run to this file")
-	tracePath := fs.String("trace", "", "write an execution trace of the whole run to this file: where goroutines waited for the network, a system call or a CPU, which the block profile does not show (go tool trace -pprof=net, syscall or sched FILE)")
+	tracePath := fs.String("trace", "", "write an execution trace of the whole run to this file: where goroutines waited for the network, a system call or a CPU, which the block profile does not show (go tool trace -pprof=net, sync, syscall or sched FILE)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
