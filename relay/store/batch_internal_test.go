@@ -12,25 +12,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// gatedBatcher is a batcher whose runs wait for open, answer each q with
-// "a:"+q, and record their sizes; fail makes every run fail.
+// gatedBatcher is a batcher behind a BatchGate (export_test.go) whose
+// runs answer each q with "a:"+q and record their contexts; fail makes
+// every run fail.
 type gatedBatcher struct {
 	batcher[string, string]
-	open  chan struct{}
-	mu    sync.Mutex
-	sizes []int
-	ctxs  []context.Context
-	fail  error
+	*BatchGate
+	mu   sync.Mutex
+	ctxs []context.Context
+	fail error
 }
 
 func newGatedBatcher() *gatedBatcher {
-	g := &gatedBatcher{open: make(chan struct{})}
+	g := &gatedBatcher{BatchGate: &BatchGate{open: make(chan struct{})}}
 	g.run = func(ctx context.Context, qs []string) ([]string, error) {
 		g.mu.Lock()
-		g.sizes = append(g.sizes, len(qs))
 		g.ctxs = append(g.ctxs, ctx)
 		g.mu.Unlock()
-		<-g.open
 		if g.fail != nil {
 			return nil, g.fail
 		}
@@ -40,21 +38,8 @@ func newGatedBatcher() *gatedBatcher {
 		}
 		return as, nil
 	}
+	gateRun(g.BatchGate, &g.batcher)
 	return g
-}
-
-func (g *gatedBatcher) runs() []int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]int(nil), g.sizes...)
-}
-
-func (g *gatedBatcher) queued() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.batcher.mu.Lock()
-	defer g.batcher.mu.Unlock()
-	return len(g.queue)
 }
 
 type answer struct {
@@ -76,11 +61,11 @@ func (g *gatedBatcher) leadAndQueue(t *testing.T, n int, ctxOf func(i int) conte
 	t.Helper()
 	out := make(chan answer, n+1)
 	g.start(context.Background(), "lead", out)
-	require.Eventually(t, func() bool { return len(g.runs()) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(g.Sizes()) == 1 }, 5*time.Second, time.Millisecond)
 	for i := range n {
 		g.start(ctxOf(i), fmt.Sprint("q", i), out)
 	}
-	require.Eventually(t, func() bool { return g.queued() == n }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return g.Queued() == n }, 5*time.Second, time.Millisecond)
 	return out
 }
 
@@ -93,7 +78,7 @@ func TestBatcherGathersWhatArrivesMeanwhile(t *testing.T) {
 	g := newGatedBatcher()
 	n := batchMax + 5
 	out := g.leadAndQueue(t, n, background)
-	close(g.open)
+	g.Open()
 	got := map[string]string{}
 	for range n + 1 {
 		select {
@@ -108,14 +93,14 @@ func TestBatcherGathersWhatArrivesMeanwhile(t *testing.T) {
 	for i := range n {
 		assert.Equal(t, fmt.Sprint("a:q", i), got[fmt.Sprint("q", i)])
 	}
-	assert.Equal(t, []int{1, batchMax, 5}, g.runs())
+	assert.Equal(t, []int{1, batchMax, 5}, g.Sizes())
 
 	type key struct{}
 	mine := context.WithValue(context.Background(), key{}, "mine")
 	a, err := g.do(mine, "alone")
 	require.NoError(t, err)
 	assert.Equal(t, "a:alone", a)
-	assert.Equal(t, []int{1, batchMax, 5, 1}, g.runs(), "idle again: a new call runs by itself")
+	assert.Equal(t, []int{1, batchMax, 5, 1}, g.Sizes(), "idle again: a new call runs by itself")
 	g.mu.Lock()
 	assert.Equal(t, "mine", g.ctxs[len(g.ctxs)-1].Value(key{}), "a lone call runs under its caller's ctx")
 	assert.Nil(t, g.ctxs[1].Value(key{}))
@@ -141,13 +126,13 @@ func TestBatcherLeavesOutCallersGone(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a caller whose ctx ended still waits")
 	}
-	close(g.open)
+	g.Open()
 	for range 3 {
 		a := <-out
 		require.NoError(t, a.err)
 		assert.Equal(t, "a:"+a.q, a.a)
 	}
-	assert.Equal(t, []int{1, 2}, g.runs())
+	assert.Equal(t, []int{1, 2}, g.Sizes())
 }
 
 // A run that fails fails every call it serves, and the batcher goes on.
@@ -155,7 +140,7 @@ func TestBatcherFailsTheWholeRun(t *testing.T) {
 	g := newGatedBatcher()
 	g.fail = errors.New("database away")
 	out := g.leadAndQueue(t, 4, background)
-	close(g.open)
+	g.Open()
 	for range 5 {
 		a := <-out
 		assert.EqualError(t, a.err, "database away", a.q)

@@ -105,8 +105,8 @@ type BindingLookup struct {
 // its raw session or raw thread. Expired and abandoned rows are left out.
 // Lookups made at the same time share one read (see batcher).
 func (s *Store) BindingsFor(ctx context.Context, l BindingLookup) ([]Binding, error) {
-	if len(l.keys()) == 0 {
-		return nil, nil
+	if l.ThreadKey == "" && l.SessionKey == "" && l.RawSession == "" && l.RawThread == "" {
+		return nil, nil // asks for no row
 	}
 	rows, err := s.bindingReads.do(ctx, l)
 	if err != nil {

@@ -169,16 +169,25 @@ func TestAnnouncementsOnSQLite(t *testing.T) {
 	assert.False(t, called)
 }
 
+// replicaClock gives a lease test its replicas' heartbeats on s, each
+// replica at http://<id>, and the liveness bound LeaseLane is given: a
+// replica is live while it beat in the last 15 seconds of clk.
+func replicaClock(t *testing.T, s *store.Store, clk *clock) (beat func(id string), live func() time.Time) {
+	beat = func(id string) {
+		t.Helper()
+		require.NoError(t, s.Heartbeat(context.Background(), store.Replica{ID: id, Name: id, Address: "http://" + id, StartedAt: clk.Now()}))
+	}
+	live = func() time.Time { return clk.Now().Add(-15 * time.Second) }
+	return beat, live
+}
+
 // A thread's lease stays with a live holder (others are told where to
 // forward), is renewed by its holder, and is taken over with the next epoch
 // once the holder's heartbeat stopped or its row is gone.
 func TestLaneLeases(t *testing.T) {
 	eachWithClock(t, func(t *testing.T, s *store.Store, clk *clock) {
 		ctx := context.Background()
-		beat := func(id string) {
-			require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: id, Name: id, Address: "http://" + id, StartedAt: clk.Now()}))
-		}
-		live := func() time.Time { return clk.Now().Add(-15 * time.Second) }
+		beat, live := replicaClock(t, s, clk)
 		beat("r1")
 		beat("r2")
 
@@ -227,10 +236,7 @@ func TestLaneLeases(t *testing.T) {
 func TestLeasesTakenTogetherShareOneWrite(t *testing.T) {
 	eachWithClock(t, func(t *testing.T, s *store.Store, clk *clock) {
 		ctx := context.Background()
-		beat := func(id string) {
-			require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: id, Name: id, Address: "http://" + id, StartedAt: clk.Now()}))
-		}
-		live := func() time.Time { return clk.Now().Add(-15 * time.Second) }
+		beat, live := replicaClock(t, s, clk)
 		lease := func(thread, scope, me string) store.LaneLease {
 			t.Helper()
 			l, err := s.LeaseLane(ctx, thread, scope, me, live())
@@ -349,8 +355,7 @@ func TestBatchedLeasesOfTwoReplicasDoNotDeadlock(t *testing.T) {
 	}
 	// Both batches wait for the row held here, having locked what they
 	// locked before it.
-	hold.waitForWaiters(t, 2, "INSERT INTO lane_leases")
-	hold.release(t)
+	hold.releaseOnceWaited(t, 2, "INSERT INTO lane_leases")
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -381,8 +386,7 @@ func TestKeyUseOfTwoReplicasDoesNotDeadlock(t *testing.T) {
 	for _, s := range []*store.Store{one, two} {
 		wg.Go(func() { errs <- s.AddClientKeyUse(ctx, uses, time.Now()) })
 	}
-	hold.waitForWaiters(t, 2, "UPDATE client_keys")
-	hold.release(t)
+	hold.releaseOnceWaited(t, 2, "UPDATE client_keys")
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -403,7 +407,8 @@ type rowHold struct {
 }
 
 // holdRow runs lock (a SELECT ... FOR UPDATE of arg's row) in a
-// transaction on the database at url, and keeps it until release.
+// transaction on the database at url, and keeps it until
+// releaseOnceWaited.
 func holdRow(t *testing.T, url, lock string, arg any) *rowHold {
 	t.Helper()
 	db, err := sqlx.Open("postgres", url)
@@ -417,9 +422,10 @@ func holdRow(t *testing.T, url, lock string, arg any) *rowHold {
 	return &rowHold{db: db, tx: tx}
 }
 
-// waitForWaiters waits until n of the database's sessions wait for a lock
-// in a statement that begins with prefix.
-func (h *rowHold) waitForWaiters(t *testing.T, n int, prefix string) {
+// releaseOnceWaited waits until n of the database's sessions wait for a
+// lock in a statement that begins with prefix, then commits the holding
+// transaction: the waiters go on.
+func (h *rowHold) releaseOnceWaited(t *testing.T, n int, prefix string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		var waiting int
@@ -427,10 +433,5 @@ func (h *rowHold) waitForWaiters(t *testing.T, n int, prefix string) {
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND starts_with(query, $1)`, prefix)
 		return err == nil && waiting == n
 	}, 10*time.Second, 5*time.Millisecond)
-}
-
-// release commits the holding transaction: the waiters go on.
-func (h *rowHold) release(t *testing.T) {
-	t.Helper()
 	require.NoError(t, h.tx.Commit())
 }
