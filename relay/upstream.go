@@ -102,7 +102,8 @@ type Upstream struct {
 	// pooled (see Compression). Static after construction.
 	Compression Compression
 
-	tls *tls.Config // static after construction; nil: the defaults
+	tls      *tls.Config                           // static after construction; nil: the defaults
+	envProxy func(*http.Request) (*url.URL, error) // static after construction; nil: none
 
 	mu sync.Mutex
 	// proxied holds one client per proxy URL (password included: two
@@ -143,7 +144,7 @@ func NewUpstream() *Upstream {
 // on connecting and on waiting for response headers; streams themselves are
 // bounded by the caller's idle deadline, not a total timeout.
 func NewUpstreamWith(o UpstreamOptions) *Upstream {
-	u := &Upstream{DialTimeout: 15 * time.Second, Compression: o.Compression, tls: o.TLS, proxied: map[string]*http.Client{}, egress: map[string]string{}}
+	u := &Upstream{DialTimeout: 15 * time.Second, Compression: o.Compression, tls: o.TLS, envProxy: o.EnvProxy, proxied: map[string]*http.Client{}, egress: map[string]string{}}
 	u.HTTP = &http.Client{Transport: u.transport(o.EnvProxy)}
 	return u
 }
@@ -386,13 +387,15 @@ func (u *Upstream) dialWebSocket(ctx context.Context, t target, clientHeader htt
 	forwardHeaders(h, clientHeader)
 	t.authorize(h)
 	h.Set("OpenAI-Beta", wire.OpenAIBetaWebSockets)
-	hc, err := u.Client(t.Account)
+	hc, err := u.laneClient(t.Account, url, raw)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dial upstream websocket %s: %w", t.Account.ID, err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, u.DialTimeout)
 	defer cancel()
-	dctx = httptrace.WithClientTrace(dctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { *raw = info.Conn }})
+	if _, direct := hc.Transport.(*upgrader); !direct {
+		dctx = httptrace.WithClientTrace(dctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { *raw = info.Conn }})
+	}
 	conn, resp, err := websocket.Dial(dctx, url, &websocket.DialOptions{
 		HTTPClient:           hc,
 		HTTPHeader:           h,
@@ -404,4 +407,40 @@ func (u *Upstream) dialWebSocket(ctx context.Context, t target, clientHeader htt
 	}
 	conn.SetReadLimit(MaxMessageBytes)
 	return conn, resp, nil
+}
+
+// laneClient is the client a lane to wsURL is dialed with: an upgrader in
+// the caller's goroutine, which sets raw, when the account names no proxy
+// and the environment's proxy does not apply; else the account's pooled
+// client.
+func (u *Upstream) laneClient(a store.Account, wsURL string, raw *net.Conn) (*http.Client, error) {
+	pu, err := a.Proxy.URL()
+	if err != nil {
+		return nil, err
+	}
+	if pu == nil && !u.envProxied(wsURL) {
+		return &http.Client{Transport: &upgrader{dialer: directLaneDialer, tls: u.tls, raw: raw}}, nil
+	}
+	return u.Client(a)
+}
+
+// envProxied reports whether the environment's proxy applies to the
+// WebSocket URL wsURL (one it cannot judge counts as proxied, so that
+// net/http decides).
+func (u *Upstream) envProxied(wsURL string) bool {
+	if u.envProxy == nil {
+		return false
+	}
+	pu, err := url.Parse(wsURL)
+	if err != nil {
+		return true
+	}
+	switch pu.Scheme {
+	case "ws":
+		pu.Scheme = "http"
+	case "wss":
+		pu.Scheme = "https"
+	}
+	p, err := u.envProxy(&http.Request{URL: pu})
+	return err != nil || p != nil
 }
