@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -596,4 +597,99 @@ func TestSQLiteReadOnly(t *testing.T) {
 	assert.LessOrEqual(t, len(log[threadL]), 1, "the answer completed while read-only is never logged twice")
 	assert.Zero(t, dbServed(log[threadN]), "the refused requests were not served")
 	t.Logf("request log: the answer that completed while read-only has %d rows", len(log[threadL]))
+}
+
+// convTry sends c's next turn (text after its history) to the relay at
+// base and reads the whole answer, without adding anything to the history:
+// a turn refused is sent again as it was.
+func convTry(c *conversation, base, text string) dbAnswer {
+	input := append(append([]any{}, c.history...), textMessage(text))
+	body, _ := json.Marshal(map[string]any{"model": "gpt-5.4", "stream": true, "store": false, "input": input})
+	req, err := http.NewRequest(http.MethodPost, base+c.path, bytes.NewReader(body))
+	if err != nil {
+		return dbAnswer{err: err}
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("session-id", c.session)
+	req.Header.Set("thread-id", c.thread)
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return dbAnswer{err: err, took: time.Since(start)}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return dbAnswer{status: resp.StatusCode, body: string(raw), took: time.Since(start), err: err}
+}
+
+// A replica cut off from its database (the link drops every packet, its
+// connections stay open) while another keeps its own. The cut one finds out
+// by its heartbeat: it says so on /readyz and refuses its requests with 503
+// store_unavailable, sending nothing upstream, so it never serves a thread
+// whose lease it can no longer renew. Once its heartbeat lapses, the other
+// replica serves its thread, on the same account, rebuilt whole. When the
+// link comes back, the cut replica has let its leases go: the thread's
+// next request there is forwarded to its new holder and goes on as a delta
+// on that replica's lane, not on the stale lane left behind.
+func TestReplicaCutOffFromItsDatabase(t *testing.T) {
+	upstream := crashUpstream(t)
+	dbURL := storetest.PostgresURL(t)
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	link := storetest.NewLink(t, u.Host)
+	viaLink := *u
+	viaLink.Host = link.Addr()
+	bin := buildBinary(t)
+	cut, other := startProcess(t, bin, crashEnv(viaLink.String(), upstream)), startProcess(t, bin, crashEnv(dbURL, upstream))
+	require.Eventually(t, func() bool { return liveReplicas(cut.url) == 2 && liveReplicas(other.url) == 2 },
+		15*time.Second, 50*time.Millisecond, "both replicas registered")
+	addCrashAccounts(t, other.url, upstream)
+	code, key, raw := request(t, http.MethodPost, other.url+"/api/v1/keys", crashAdminToken, map[string]any{"name": "codex"})
+	require.Equal(t, http.StatusCreated, code, raw)
+	base := cut.url
+	conv := &conversation{t: t, base: func() string { return base }, path: "/backend-api/codex/responses", key: key["key"].(string),
+		session: "019a5555-0000-7000-8000-000000000001", thread: "019a5555-0000-7000-9000-000000000001"}
+	conv.turn("first turn, on the replica about to be cut off")
+	first := lastResponse(t, upstream, conv.thread)
+	_, lanes := replicaLanes(t, cut.url)
+	require.True(t, lanes[conv.thread], "the thread's lane is on the replica about to be cut off")
+
+	link.Partition()
+	cutAt := time.Now()
+	require.Eventually(t, func() bool { code, _ := dbGet(cut.url, "/readyz"); return code == http.StatusServiceUnavailable },
+		30*time.Second, 100*time.Millisecond, "the cut replica's /readyz says it cannot use its database")
+	t.Logf("/readyz 503 %v after the cut", time.Since(cutAt).Round(time.Millisecond))
+	since := seqMark(upstream)
+	ans := convTry(conv, cut.url, "second turn")
+	require.True(t, ans.storeUnavailable(), "the cut replica refuses the thread's turn: %d %s %v", ans.status, ans.body, ans.err)
+	t.Logf("the cut replica answered 503 store_unavailable in %v", ans.took.Round(time.Millisecond))
+	assert.Empty(t, upstream.Requests(sim.RecordFilter{ThreadID: conv.thread, Since: since}), "nothing went upstream")
+
+	require.Eventually(t, func() bool { return liveReplicas(other.url) == 1 }, 30*time.Second, 100*time.Millisecond,
+		"the cut replica's heartbeat lapses")
+	t.Logf("the other replica counts the cut one gone %v after the cut", time.Since(cutAt).Round(time.Millisecond))
+	base = other.url
+	sent := len(conv.history) + 1
+	conv.turn("second turn")
+	recs := upstream.Requests(sim.RecordFilter{ThreadID: conv.thread, Since: since})
+	require.Len(t, recs, 1, "one request upstream")
+	moved := recs[0]
+	assert.Equal(t, first.Account, moved.Account, "the thread stays on its account")
+	assert.Empty(t, moved.PreviousResponseID, "rebuilt whole on the other replica")
+	assert.Equal(t, sent, moved.InputCount, "the whole history went upstream")
+	assert.NotEqual(t, first.ConnID, moved.ConnID, "on the other replica's lane")
+
+	link.Heal()
+	healedAt := time.Now()
+	require.Eventually(t, func() bool { code, _ := dbGet(cut.url, "/readyz"); return code == http.StatusOK },
+		30*time.Second, 50*time.Millisecond, "the cut replica is ready once its link is back")
+	t.Logf("/readyz 200 %v after the link came back", time.Since(healedAt).Round(time.Millisecond))
+	base = cut.url
+	since = seqMark(upstream)
+	conv.turn("third turn, sent to the replica that was cut off")
+	recs = upstream.Requests(sim.RecordFilter{ThreadID: conv.thread, Since: since})
+	require.Len(t, recs, 1, "one request upstream")
+	assert.Equal(t, moved.ResponseID, recs[0].PreviousResponseID, "a delta on the new holder's lane")
+	assert.Equal(t, moved.ConnID, recs[0].ConnID, "forwarded to the replica that holds the thread now, not served on the stale lane")
 }

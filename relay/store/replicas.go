@@ -49,7 +49,17 @@ func (s *Store) Heartbeat(ctx context.Context, r Replica) error {
 	_, err := s.exec(ctx, `INSERT INTO replicas (id, name, address, started_at, heartbeat_at, lanes) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, address = excluded.address, heartbeat_at = excluded.heartbeat_at, lanes = excluded.lanes`,
 		r.ID, r.Name, r.Address, r.StartedAt.UnixMilli(), s.now().UnixMilli(), lanes)
-	s.noteWrite(ctx, err)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// No client waits behind a heartbeat: its deadline passing means
+		// the database did not answer (a link that drops packets, a
+		// frozen server), which refuses writes as surely as an error does.
+		// Requests are then refused at once rather than each waiting out
+		// its own deadline, and /readyz says why.
+		err = fmt.Errorf("the database did not answer within the heartbeat's deadline: %w", err)
+		s.noteRefused(err)
+	} else {
+		s.noteWrite(ctx, err)
+	}
 	if err != nil {
 		return fmt.Errorf("replica heartbeat: %w", err)
 	}

@@ -435,3 +435,39 @@ func (h *rowHold) releaseOnceWaited(t *testing.T, n int, prefix string) {
 	}, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, h.tx.Commit())
 }
+
+// A heartbeat the database does not answer within its deadline (here its
+// replica's row is held by another transaction; in production, a link that
+// drops packets or a frozen server) marks writes refused, as an error would:
+// requests are refused at once instead of each waiting out a deadline of its
+// own. The next heartbeat that goes through clears it. A heartbeat cancelled
+// (its replica stopping) says nothing of the database.
+func TestAHeartbeatTheDatabaseDoesNotAnswerRefusesWrites(t *testing.T) {
+	url := storetest.PostgresURL(t)
+	s := storetest.Open(t, url, store.Options{})
+	ctx := context.Background()
+	r := store.Replica{ID: "r1", Name: "r1", StartedAt: time.Now()}
+	require.NoError(t, s.Heartbeat(ctx, r))
+	require.NoError(t, s.WritesRefused())
+
+	hold := holdRow(t, url, `SELECT 1 FROM replicas WHERE id = $1 FOR UPDATE`, r.ID)
+	cctx, cancel := context.WithCancel(ctx)
+	stop := time.AfterFunc(50*time.Millisecond, cancel) // the replica stopping
+	err := s.Heartbeat(cctx, r)
+	stop.Stop()
+	cancel()
+	require.Error(t, err)
+	assert.NoError(t, s.WritesRefused(), "a heartbeat cancelled says nothing of the database")
+
+	hctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = s.Heartbeat(hctx, r)
+	cancel()
+	require.Error(t, err)
+	refused := s.WritesRefused()
+	require.Error(t, refused, "the heartbeat's deadline passed: the database did not answer")
+	assert.Contains(t, refused.Error(), "did not answer")
+
+	hold.releaseOnceWaited(t, 0, "INSERT INTO replicas")
+	require.NoError(t, s.Heartbeat(ctx, r))
+	assert.NoError(t, s.WritesRefused(), "the next heartbeat that goes through readmits requests")
+}

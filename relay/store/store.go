@@ -285,9 +285,18 @@ func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
 			}
 		}
 	}
-	db, err := sqlx.Open(string(loc.Dialect), loc.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", loc.scrub(err))
+	var db *sqlx.DB
+	if loc.Dialect == Postgres {
+		sdb, err := openPostgres(loc.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("open database: %w", loc.scrub(err))
+		}
+		db = sqlx.NewDb(sdb, string(Postgres))
+	} else {
+		var err error
+		if db, err = sqlx.Open(string(loc.Dialect), loc.DSN); err != nil {
+			return nil, fmt.Errorf("open database: %w", loc.scrub(err))
+		}
 	}
 	if loc.Dialect == SQLite {
 		// One writer at a time is SQLite's nature (writeTx); the rest of the
@@ -361,9 +370,14 @@ func (s *Store) noteWrite(ctx context.Context, err error) {
 		}
 	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), isUniqueViolation(err):
 	default:
-		err = s.loc.scrub(err)
-		s.refused.Store(&err)
+		s.noteRefused(err)
 	}
+}
+
+// noteRefused records err as the latest write's refusal (see WritesRefused).
+func (s *Store) noteRefused(err error) {
+	err = s.loc.scrub(err)
+	s.refused.Store(&err)
 }
 
 // WritesRefused reports the error of the latest write that the database
