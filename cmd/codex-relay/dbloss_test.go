@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -692,4 +693,19 @@ func TestReplicaCutOffFromItsDatabase(t *testing.T) {
 	require.Len(t, recs, 1, "one request upstream")
 	assert.Equal(t, moved.ResponseID, recs[0].PreviousResponseID, "a delta on the new holder's lane")
 	assert.Equal(t, moved.ConnID, recs[0].ConnID, "forwarded to the replica that holds the thread now, not served on the stale lane")
+
+	// Cut off again, it still stops when told to: nothing it waits on at
+	// the database outlives the shutdown.
+	link.Partition()
+	require.Eventually(t, func() bool { code, _ := dbGet(cut.url, "/readyz"); return code == http.StatusServiceUnavailable },
+		30*time.Second, 100*time.Millisecond, "cut off again")
+	stopAt := time.Now()
+	require.NoError(t, cut.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-cut.done:
+		assert.NoError(t, err, "a clean exit on SIGTERM")
+		t.Logf("cut off, it stopped %v after SIGTERM", time.Since(stopAt).Round(time.Millisecond))
+	case <-time.After(60 * time.Second):
+		t.Fatal("the replica cut off from its database did not stop on SIGTERM")
+	}
 }

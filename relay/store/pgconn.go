@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lib/pq"
@@ -24,13 +25,14 @@ import (
 // error, and lib/pq marks the connection bad, so the pool lets it go.
 
 // openPostgres opens the pool on dsn with bound connections.
-func openPostgres(dsn string) (*sql.DB, error) {
+func openPostgres(dsn string) (*sql.DB, *boundConnector, error) {
 	c, err := pq.NewConnector(dsn)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.Dialer(boundDialer{})
-	return sql.OpenDB(&boundConnector{inner: c}), nil
+	bc := &boundConnector{inner: c}
+	return sql.OpenDB(bc), bc, nil
 }
 
 // dialedKey carries, in the context of a pool connection's Connect, where
@@ -111,7 +113,13 @@ func (d *dialed) conn() net.Conn {
 }
 
 // boundConnector makes the pool's connections.
-type boundConnector struct{ inner *pq.Connector }
+type boundConnector struct {
+	inner *pq.Connector
+	// closing is set as the pool closes: its prepared statements are then
+	// not closed one by one at the server (database/sql would, waiting for
+	// each answer): the server drops them with the connection.
+	closing atomic.Bool
+}
 
 func (c *boundConnector) Driver() driver.Driver { return c.inner.Driver() }
 
@@ -131,7 +139,7 @@ func (c *boundConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if sock == nil { // not dialed by boundDialer: nothing to bind
 		return conn, nil
 	}
-	return &boundConn{Conn: conn, w: watcher{sock: sock}}, nil
+	return &boundConn{Conn: conn, w: watcher{sock: sock}, pool: c}, nil
 }
 
 // watcher puts its socket's deadline in the past when a watched context
@@ -150,7 +158,8 @@ func (w watcher) watch(ctx context.Context) (stop func() bool) {
 // It offers what lib/pq's connection offers database/sql.
 type boundConn struct {
 	driver.Conn
-	w  watcher
+	w    watcher
+	pool *boundConnector
 	tx func() bool // stops watching the open transaction's context
 }
 
@@ -172,7 +181,7 @@ func (c *boundConn) PrepareContext(ctx context.Context, query string) (driver.St
 	if err != nil {
 		return nil, err
 	}
-	return &boundStmt{Stmt: st, w: c.w}, nil
+	return &boundStmt{Stmt: st, w: c.w, pool: c.pool}, nil
 }
 
 func (c *boundConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -241,7 +250,8 @@ func (t boundTx) Rollback() error { return t.end(t.Tx.Rollback()) }
 // contexts.
 type boundStmt struct {
 	driver.Stmt
-	w watcher
+	w    watcher
+	pool *boundConnector
 }
 
 var (
@@ -252,6 +262,9 @@ var (
 // Close closes the statement at the server, waiting stmtCloseTimeout at
 // most for its answer.
 func (s *boundStmt) Close() error {
+	if s.pool.closing.Load() {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), stmtCloseTimeout)
 	defer cancel()
 	stop := s.w.watch(ctx)

@@ -88,3 +88,41 @@ func TestACallThePostgresServerDoesNotAnswerEndsWithItsContext(t *testing.T) {
 		}, 30*time.Second, 50*time.Millisecond, "%s, once the link is back", c.name)
 	}
 }
+
+// A store closed while PostgreSQL does not answer closes at once: the
+// prepared statements of its connections are not closed one by one at a
+// server that will never answer (the server drops them with the session).
+func TestAStoreClosesWhileThePostgresServerDoesNotAnswer(t *testing.T) {
+	u, err := url.Parse(storetest.PostgresURL(t))
+	require.NoError(t, err)
+	link := storetest.NewLink(t, u.Host)
+	via := *u
+	via.Host = link.Addr()
+	loc, err := store.ParseLocation(via.String())
+	require.NoError(t, err)
+	s, err := store.Open(context.Background(), loc, store.Options{SecretKey: storetest.SecretKey})
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = s.Migrate(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "r1", Name: "r1", StartedAt: time.Now()}))
+	live := time.Now().Add(-time.Minute)
+	// Many connections, each with prepared statements of its own.
+	for i := 0; s.OpenConnections() < 8; i++ {
+		require.Less(t, i, 100, "the pool opens connections: %d open", s.OpenConnections())
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() { _, _ = s.Replicas(ctx, live) })
+		}
+		wg.Wait()
+	}
+
+	link.Partition()
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("closing the store waited on the server")
+	}
+}

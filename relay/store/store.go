@@ -236,9 +236,10 @@ func (l Location) String() string {
 
 // Store is the relay's database.
 type Store struct {
-	db      *sqlx.DB // static after construction; safe for concurrent use
-	loc     Location // static after construction
-	sealer  *Sealer  // static after construction; nil without a secret key
+	db      *sqlx.DB        // static after construction; safe for concurrent use
+	pg      *boundConnector // PostgreSQL's connections (nil on SQLite); static after construction
+	loc     Location        // static after construction
+	sealer  *Sealer         // static after construction; nil without a secret key
 	nowFunc func() time.Time
 	stmts   stmtCache
 	// flight shares the reads of callers that miss a cache entry at once.
@@ -286,12 +287,13 @@ func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
 		}
 	}
 	var db *sqlx.DB
+	var pg *boundConnector
 	if loc.Dialect == Postgres {
-		sdb, err := openPostgres(loc.DSN)
+		sdb, bc, err := openPostgres(loc.DSN)
 		if err != nil {
 			return nil, fmt.Errorf("open database: %w", loc.scrub(err))
 		}
-		db = sqlx.NewDb(sdb, string(Postgres))
+		db, pg = sqlx.NewDb(sdb, string(Postgres)), bc
 	} else {
 		var err error
 		if db, err = sqlx.Open(string(loc.Dialect), loc.DSN); err != nil {
@@ -323,7 +325,7 @@ func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{db: db, loc: loc, sealer: sealer, nowFunc: now}
+	s := &Store{db: db, pg: pg, loc: loc, sealer: sealer, nowFunc: now}
 	s.bindingReads.run = s.readBindings
 	s.leaseWrites.run = s.writeLeases
 	return s, nil
@@ -331,6 +333,9 @@ func Open(ctx context.Context, loc Location, opts Options) (*Store, error) {
 
 // Close releases the prepared statements and the connection pool.
 func (s *Store) Close() error {
+	if s.pg != nil {
+		s.pg.closing.Store(true)
+	}
 	s.stmts.close()
 	return s.db.Close()
 }
