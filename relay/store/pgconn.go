@@ -160,7 +160,7 @@ type boundConn struct {
 	driver.Conn
 	w    watcher
 	pool *boundConnector
-	tx func() bool // stops watching the open transaction's context
+	tx   func() bool // stops watching the open transaction's context
 }
 
 var (
