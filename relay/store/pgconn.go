@@ -329,3 +329,50 @@ func (r *watchedPlainRows) Close() error {
 	r.stop()
 	return err
 }
+
+// listenDialer dials the announcement listener's connections and can cut
+// them: their deadlines go into the past, ending any wait on them.
+type listenDialer struct {
+	mu     sync.Mutex
+	socks  []net.Conn // guarded by mu
+	closed bool       // no more connections; guarded by mu
+}
+
+func (d *listenDialer) Dial(network, address string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, address)
+}
+
+func (d *listenDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return d.DialContext(ctx, network, address)
+}
+
+func (d *listenDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	// The listener holds one connection at a time: the newest few are
+	// the ones to cut.
+	d.socks = append(d.socks[max(len(d.socks)-3, 0):], c)
+	return c, nil
+}
+
+// cut ends every wait on the connections made so far, and with closed any
+// made later.
+func (d *listenDialer) cut(closed bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.socks {
+		_ = c.SetDeadline(time.Unix(1, 0))
+	}
+	d.socks = nil
+	d.closed = d.closed || closed
+}

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"log/slog"
 	"net/url"
 	"sync"
 	"testing"
@@ -125,4 +126,29 @@ func TestAStoreClosesWhileThePostgresServerDoesNotAnswer(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("closing the store waited on the server")
 	}
+}
+
+// The announcement listener, started while PostgreSQL does not answer,
+// ends when its context does: lib/pq's listener waits to connect and to
+// subscribe without a context, and a replica's shutdown waits for it.
+func TestListenEndsWithItsContextWhileThePostgresServerDoesNotAnswer(t *testing.T) {
+	u, err := url.Parse(storetest.PostgresURL(t))
+	require.NoError(t, err)
+	link := storetest.NewLink(t, u.Host)
+	via := *u
+	via.Host = link.Addr()
+	s := storetest.Open(t, via.String(), store.Options{})
+
+	link.Partition()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Listen(ctx, slog.New(slog.DiscardHandler), func(store.Announcement) {}) }()
+	time.Sleep(300 * time.Millisecond) // connecting, with nothing coming back
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen outlived its context")
+	}
+	link.Heal()
 }

@@ -181,12 +181,22 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, f func(Announcemen
 		<-ctx.Done()
 		return nil
 	}
-	l := pq.NewListener(s.loc.DSN, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
+	d := &listenDialer{}
+	l := pq.NewDialListener(d, s.loc.DSN, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
 		if err != nil {
 			log.Warn("announcements connection", "event", ev, "err", s.loc.scrub(err))
 		}
 	})
 	defer l.Close()
+	// The listener waits on the database without a context (to connect, to
+	// subscribe, for a ping's answer): when ctx ends, its sockets are cut
+	// and it is closed, which ends whatever it waits on, even a database
+	// that does not answer.
+	stop := context.AfterFunc(ctx, func() {
+		d.cut(true)
+		l.Close()
+	})
+	defer stop()
 	if err := l.Listen(announceChannel); err != nil {
 		return fmt.Errorf("listen for announcements: %w", err)
 	}
@@ -220,13 +230,21 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, f func(Announcemen
 			}
 			f(a)
 		case <-time.After(time.Minute):
-			// A quiet minute: check the connection is alive.
-			if err := l.Ping(); err != nil && !errors.Is(err, pq.ErrChannelNotOpen) {
+			// A quiet minute: check the connection is alive. One that does
+			// not answer within listenPingTimeout is cut: the listener
+			// connects again and announces a resync.
+			cut := time.AfterFunc(listenPingTimeout, func() { d.cut(false) })
+			err := l.Ping()
+			cut.Stop()
+			if err != nil && !errors.Is(err, pq.ErrChannelNotOpen) {
 				log.Warn("announcements ping", "err", err)
 			}
 		}
 	}
 }
+
+// listenPingTimeout bounds the answer to the announcement listener's ping.
+const listenPingTimeout = 10 * time.Second
 
 // AnnounceResync is delivered by Listen after a lost connection came back.
 const AnnounceResync = "resync"
