@@ -217,9 +217,10 @@ func (s *Server) newRequestLog() *writeBehind[store.LoggedRequest] {
 
 // writeRequestLog writes a batch of request log rows in one transaction
 // and returns those to try again. When the batch fails, each row is tried
-// alone: if some go through, the database takes writes and the ones it
-// refused are refused for what they hold, and dropped (logged); if none
-// do, the database is away, and all are kept.
+// alone (see written.sort): rows the deadline left unwritten are kept; if
+// some go through, the database takes writes and the ones it refused are
+// refused for what they hold, and dropped (logged); if none do, the
+// database is away, and all are kept.
 func (s *Server) writeRequestLog(batch []store.LoggedRequest) []store.LoggedRequest {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -231,22 +232,17 @@ func (s *Server) writeRequestLog(batch []store.LoggedRequest) []store.LoggedRequ
 		s.log.Warn("log request: kept for a retry", "err", err)
 		return batch
 	}
-	var retry []store.LoggedRequest
-	var refused []error
-	for _, r := range batch {
-		if err := s.cfg.Store.RecordRequests(ctx, []store.LoggedRequest{r}); err != nil {
-			retry = append(retry, r)
-			refused = append(refused, err)
-		}
+	w := writeEach(ctx, batch, func(ctx context.Context, r store.LoggedRequest) error {
+		return s.cfg.Store.RecordRequests(ctx, []store.LoggedRequest{r})
+	})
+	retry, refused := w.sort()
+	for i, r := range refused {
+		s.log.Error("log request: the database refused the row", "request", r.Request.ID, "err", w.errs[i])
 	}
-	if len(retry) < len(batch) {
-		for i, r := range retry {
-			s.log.Error("log request: the database refused the row", "request", r.Request.ID, "err", refused[i])
-		}
-		s.metrics.logDropped.Add(float64(len(retry)))
-		return nil
+	s.metrics.logDropped.Add(float64(len(refused)))
+	if len(retry) > 0 {
+		s.log.Warn("log request: rows kept for a retry", "rows", len(retry), "err", err)
 	}
-	s.log.Warn("log request: the database takes no writes; rows kept for a retry", "rows", len(retry), "err", err)
 	return retry
 }
 

@@ -208,27 +208,22 @@ func (s *Server) newPlacements() *writeBehind[store.Placement] {
 }
 
 // writePlacements writes late placements one by one and returns those to
-// try again: none when some went through (the database takes writes; the
-// others were refused for what they hold, and are dropped, logged), all
-// when none did (the database is away), less those past
-// placementRetryFor.
+// try again (see written.sort), less those past placementRetryFor.
 func (s *Server) writePlacements(batch []store.Placement) []store.Placement {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var retry []store.Placement
-	var last error
-	for _, p := range batch {
-		if err := s.cfg.Store.Place(ctx, p); err != nil {
-			retry, last = append(retry, p), err
-		}
+	w := writeEach(ctx, batch, s.cfg.Store.Place)
+	retry, refused := w.sort()
+	if len(refused) > 0 {
+		s.log.Error("write binding: the database refused it", "bindings", len(refused), "err", w.last)
+		s.metrics.bindingsDropped.Add(float64(len(refused)))
 	}
 	if len(retry) == 0 {
 		return nil
 	}
-	if len(retry) < len(batch) {
-		s.log.Error("write binding: the database refused it", "bindings", len(retry), "err", last)
-		s.metrics.bindingsDropped.Add(float64(len(retry)))
-		return nil
+	last := w.last
+	if last == nil {
+		last = context.DeadlineExceeded
 	}
 	now := s.cfg.Now()
 	kept := retry[:0]

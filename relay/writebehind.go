@@ -194,3 +194,47 @@ func (s *Server) newKeyUse() *keyUse {
 
 // countKeyUse notes one request made with key id.
 func (s *Server) countKeyUse(id string) { s.keyUse.add(id) }
+
+// written is what came of writing a batch item by item.
+type written[T any] struct {
+	wrote  int
+	late   []T     // left unwritten when the write's deadline passed
+	failed []T     // the database answered with an error
+	errs   []error // failed's errors, in its order
+	last   error   // the last of errs
+}
+
+// writeEach writes batch with write, item by item, under ctx.
+func writeEach[T any](ctx context.Context, batch []T, write func(context.Context, T) error) written[T] {
+	var w written[T]
+	for _, it := range batch {
+		if ctx.Err() != nil {
+			w.late = append(w.late, it)
+			continue
+		}
+		switch err := write(ctx, it); {
+		case err == nil:
+			w.wrote++
+		case ctx.Err() != nil:
+			// Slow, not refused: it may even have gone through; the writes
+			// are made so that writing one again is harmless.
+			w.late = append(w.late, it)
+		default:
+			w.failed, w.errs, w.last = append(w.failed, it), append(w.errs, err), err
+		}
+	}
+	return w
+}
+
+// sort says which items to try again: those the deadline left unwritten
+// (the database was slow: under load a whole batch may not fit in one
+// deadline), and every failed one when none went through (the database is
+// away). When some went through, the failed ones were refused for what
+// they hold, and are to be dropped.
+func (w written[T]) sort() (retry, refused []T) {
+	retry = w.late
+	if w.wrote > 0 {
+		return retry, w.failed
+	}
+	return append(retry, w.failed...), nil
+}

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -257,4 +258,55 @@ func TestUsageIsWrittenBehind(t *testing.T) {
 		got, err := st.Account(ctx, a.ID)
 		return err == nil && got.Primary.Known && got.Primary.UsedPercent == 61
 	}, 15*time.Second, 10*time.Millisecond, "the windows were written once the lock was gone")
+}
+
+// A batch written item by item sorts its items: those the write's deadline
+// left unwritten are tried again (the database was slow, not refusing:
+// under load a batch of bindings or log rows may not fit in one deadline,
+// and dropping them lost bindings in a soak); failed ones are dropped as
+// refused for what they hold when others went through, and tried again
+// when none did (the database is away).
+func TestWriteEachSortsWhatToTryAgain(t *testing.T) {
+	refusal := errors.New("violates foreign key constraint")
+	away := errors.New("connection refused")
+	for _, tc := range []struct {
+		name          string
+		outcome       []string // per item: ok, refused, away, slow (the deadline passes during it)
+		retry, refuse []int
+	}{
+		{"all written", []string{"ok", "ok", "ok"}, nil, nil},
+		{"the deadline passes midway", []string{"ok", "slow", "ok", "ok"}, []int{1, 2, 3}, nil},
+		{"the deadline passes at once", []string{"slow", "ok"}, []int{0, 1}, nil},
+		{"one refused among writes", []string{"ok", "refused", "ok"}, nil, []int{1}},
+		{"refused, then the deadline passes", []string{"ok", "refused", "slow", "ok"}, []int{2, 3}, []int{1}},
+		{"nothing goes through: the database is away", []string{"away", "away", "away"}, []int{0, 1, 2}, nil},
+		{"away, then the deadline passes", []string{"away", "slow", "ok"}, []int{1, 2, 0}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			items := make([]int, len(tc.outcome))
+			for i := range items {
+				items[i] = i
+			}
+			w := writeEach(ctx, items, func(ctx context.Context, i int) error {
+				switch tc.outcome[i] {
+				case "refused":
+					return refusal
+				case "away":
+					return away
+				case "slow":
+					cancel()
+					return ctx.Err()
+				}
+				return nil
+			})
+			retry, refused := w.sort()
+			assert.Equal(t, tc.retry, retry, "tried again")
+			assert.Equal(t, tc.refuse, refused, "dropped as refused")
+			if len(refused) > 0 {
+				assert.Equal(t, []error{refusal}, w.errs)
+			}
+		})
+	}
 }
