@@ -30,7 +30,7 @@ func openPostgres(dsn string) (*sql.DB, *boundConnector, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	c.Dialer(boundDialer{})
+	c.Dialer(dialFunc(boundDial))
 	bc := &boundConnector{inner: c}
 	return sql.OpenDB(bc), bc, nil
 }
@@ -38,13 +38,6 @@ func openPostgres(dsn string) (*sql.DB, *boundConnector, error) {
 // dialedKey carries, in the context of a pool connection's Connect, where
 // the dialer leaves the socket it made.
 type dialedKey struct{}
-
-// boundDialer dials as net.Dialer does. A pool connection's socket is
-// handed to its Connect. Any other socket carries one of lib/pq's cancel
-// requests, after which lib/pq waits for the server to close it, and a
-// prepared statement's call waits for that: it lives cancelRequestLife at
-// most.
-type boundDialer struct{}
 
 // cancelRequestLife bounds a cancel request's connection: connecting,
 // sending 16 bytes and seeing the server close it take a round trip or two.
@@ -54,18 +47,37 @@ const cancelRequestLife = time.Second
 // does without a context (and, closing the store, holding the pool's lock).
 const stmtCloseTimeout = 5 * time.Second
 
-func (boundDialer) Dial(network, address string) (net.Conn, error) {
-	return boundDialer{}.DialContext(context.Background(), network, address)
+// past is a deadline that ends every wait on a socket at once.
+var past = time.Unix(1, 0)
+
+// dialFunc is a lib/pq Dialer (and DialerContext) made of one function.
+type dialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+func (f dialFunc) Dial(network, address string) (net.Conn, error) {
+	return f(context.Background(), network, address)
 }
 
-func (boundDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+func (f dialFunc) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return boundDialer{}.DialContext(ctx, network, address)
+	return f(ctx, network, address)
 }
 
-func (boundDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	c, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, network, address)
+func (f dialFunc) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return f(ctx, network, address)
+}
+
+// dialTCP dials as lib/pq's own dialer does.
+func dialTCP(ctx context.Context, network, address string) (net.Conn, error) {
+	return (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, network, address)
+}
+
+// boundDial is the pool's dialer. A pool connection's socket is handed to
+// its Connect. Any other socket carries one of lib/pq's cancel requests,
+// after which lib/pq waits for the server to close it, and a prepared
+// statement's call waits for that: it lives cancelRequestLife at most.
+func boundDial(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := dialTCP(ctx, network, address)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +105,7 @@ func (d *dialed) set(c net.Conn) {
 	defer d.mu.Unlock()
 	d.sock = c
 	if d.dead {
-		_ = c.SetDeadline(time.Unix(1, 0))
+		_ = c.SetDeadline(past)
 	}
 }
 
@@ -102,7 +114,7 @@ func (d *dialed) kill() {
 	defer d.mu.Unlock()
 	d.dead = true
 	if d.sock != nil {
-		_ = d.sock.SetDeadline(time.Unix(1, 0))
+		_ = d.sock.SetDeadline(past)
 	}
 }
 
@@ -151,7 +163,7 @@ func (w watcher) watch(ctx context.Context) (stop func() bool) {
 	if ctx.Done() == nil {
 		return func() bool { return true }
 	}
-	return context.AfterFunc(ctx, func() { _ = w.sock.SetDeadline(time.Unix(1, 0)) })
+	return context.AfterFunc(ctx, func() { _ = w.sock.SetDeadline(past) })
 }
 
 // boundConn is a lib/pq connection whose calls are bound to their contexts.
@@ -338,18 +350,8 @@ type listenDialer struct {
 	closed bool       // no more connections; guarded by mu
 }
 
-func (d *listenDialer) Dial(network, address string) (net.Conn, error) {
-	return d.DialContext(context.Background(), network, address)
-}
-
-func (d *listenDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return d.DialContext(ctx, network, address)
-}
-
-func (d *listenDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	c, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, network, address)
+func (d *listenDialer) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := dialTCP(ctx, network, address)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +373,7 @@ func (d *listenDialer) cut(closed bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, c := range d.socks {
-		_ = c.SetDeadline(time.Unix(1, 0))
+		_ = c.SetDeadline(past)
 	}
 	d.socks = nil
 	d.closed = d.closed || closed

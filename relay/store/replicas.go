@@ -182,7 +182,7 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, f func(Announcemen
 		return nil
 	}
 	d := &listenDialer{}
-	l := pq.NewDialListener(d, s.loc.DSN, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
+	l := pq.NewDialListener(dialFunc(d.dial), s.loc.DSN, 100*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
 		if err != nil {
 			log.Warn("announcements connection", "event", ev, "err", s.loc.scrub(err))
 		}
