@@ -13,9 +13,11 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // A thread's HTTP requests are served by the replica holding its lease
@@ -118,6 +120,61 @@ func (s *Server) announceTakeover(ctx context.Context, req *request) {
 	}
 }
 
+// hopSilenceMargin is how much longer than its own stream idle deadline a
+// replica serving a forwarded request may send nothing before it counts as
+// gone.
+const hopSilenceMargin = 5 * time.Second
+
+// hopSilence bounds the wait for a forwarded request's answer headers, and
+// each gap in its body.
+func (s *Server) hopSilence() time.Duration { return s.cfg.StreamIdleTimeout + hopSilenceMargin }
+
+// silenceBody is a forwarded answer's body that ends once it has been
+// silent for d: what it read last is kept, then tail (a terminal event),
+// then io.EOF, so the copy to the client ends cleanly.
+type silenceBody struct {
+	rc     io.ReadCloser
+	d      time.Duration
+	t      *time.Timer
+	silent atomic.Bool
+	tail   []byte
+}
+
+func newSilenceBody(rc io.ReadCloser, d time.Duration, tail []byte) *silenceBody {
+	b := &silenceBody{rc: rc, d: d, tail: tail}
+	b.t = time.AfterFunc(d, func() {
+		b.silent.Store(true)
+		rc.Close() // ends a read under way
+	})
+	return b
+}
+
+func (b *silenceBody) Read(p []byte) (int, error) {
+	if !b.silent.Load() {
+		n, err := b.rc.Read(p)
+		if !b.silent.Load() {
+			if n > 0 {
+				b.t.Reset(b.d)
+			}
+			return n, err
+		}
+		if n > 0 {
+			return n, nil
+		}
+	}
+	if len(b.tail) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, b.tail)
+	b.tail = b.tail[n:]
+	return n, nil
+}
+
+func (b *silenceBody) Close() error {
+	b.t.Stop()
+	return b.rc.Close()
+}
+
 // forward serves req from the replica holding its thread's lease, when that
 // is another live replica; it reports whether it did (the client has its
 // answer). A request this replica should serve, or whose holder cannot be
@@ -186,6 +243,21 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, req *request) b
 		},
 		Transport:     s.hop,
 		FlushInterval: -1, // events reach the client as they come
+		ModifyResponse: func(resp *http.Response) error {
+			// A holder alive ends its stream within its own idle deadline;
+			// one silent for longer is gone (frozen, or cut off): the
+			// client's stream ends with a terminal event rather than wait.
+			var tail []byte
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				var b bytes.Buffer
+				b.WriteString("\n\n") // ends whatever event the holder left half-written
+				_ = wire.NewSSEWriter(&b).WriteEvent(wire.EventResponseFailed, failedEvent("", req.id, "upstream_stream_interrupted",
+					"the relay replica serving this conversation stopped answering"))
+				tail = b.Bytes()
+			}
+			resp.Body = newSilenceBody(resp.Body, s.hopSilence(), tail)
+			return nil
+		},
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
 			failed = true
 			if r.Context().Err() == nil {

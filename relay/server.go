@@ -197,7 +197,10 @@ func New(cfg Config) *Server {
 		closing:  closing,
 		close:    cancel,
 		hop: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute},
+			MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute,
+			// A holder that takes a forwarded request and never answers it
+			// (frozen, or cut off) is given up: the request is served here.
+			ResponseHeaderTimeout: cfg.StreamIdleTimeout + hopSilenceMargin},
 	}
 	pc := cfg.Bridge
 	if pc.Now == nil {

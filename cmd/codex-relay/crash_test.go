@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -653,4 +654,55 @@ func TestReplicaKilledLeasesMoveToSurvivor(t *testing.T) {
 		assert.Equal(t, prev.ResponseID, last.PreviousResponseID, "thread %d: a delta on the survivor's lane", i)
 		assert.Equal(t, prev.ConnID, last.ConnID, "thread %d", i)
 	}
+}
+
+// A replica frozen (SIGSTOP: its sockets stay open, nothing answers) while
+// it holds a thread's lane. Another replica forwards the thread's requests
+// to it while its heartbeat is still fresh: a request it never answers is
+// served by the forwarding replica once the holder has been silent past
+// its own stream idle deadline, and a stream it stops in the middle ends
+// with a terminal event, not a client left waiting.
+func TestFrozenHolderDoesNotHoldForwardedRequests(t *testing.T) {
+	upstream := crashUpstream(t)
+	env := append(crashEnv(storetest.PostgresURL(t), upstream), "CODEX_RELAY_STREAM_IDLE_TIMEOUT=2s")
+	bin := buildBinary(t)
+	holder, other := startProcess(t, bin, env), startProcess(t, bin, env)
+	require.Eventually(t, func() bool { return liveReplicas(holder.url) == 2 && liveReplicas(other.url) == 2 },
+		15*time.Second, 50*time.Millisecond, "both replicas registered")
+	addCrashAccounts(t, other.url, upstream)
+	code, key, raw := request(t, http.MethodPost, other.url+"/api/v1/keys", crashAdminToken, map[string]any{"name": "codex"})
+	require.Equal(t, http.StatusCreated, code, raw)
+	newConv := func(i int) *conversation {
+		return &conversation{t: t, base: func() string { return holder.url }, path: "/backend-api/codex/responses", key: key["key"].(string),
+			session: fmt.Sprintf("019a6666-0000-7000-8000-%012d", i), thread: fmt.Sprintf("019a6666-0000-7000-9000-%012d", i)}
+	}
+	idle, streaming := newConv(1), newConv(2)
+	idle.turn("first turn, on the holder")
+	streaming.turn("first turn, on the holder")
+	first := lastResponse(t, upstream, idle.thread)
+	thaw := func() { _ = holder.cmd.Process.Signal(syscall.SIGCONT) }
+	t.Cleanup(thaw)
+
+	// A stream under way through the other replica, then the holder freezes.
+	streaming.base = func() string { return other.url }
+	end := dbLongStream(t, streaming)
+	require.NoError(t, holder.cmd.Process.Signal(syscall.SIGSTOP))
+	select {
+	case seen := <-end:
+		require.NotEmpty(t, seen)
+		assert.Equal(t, "response.failed", seen[len(seen)-1], "the stream the frozen holder stopped ends with a terminal event")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream through the frozen holder never ended")
+	}
+
+	// A new request for the other thread, forwarded to the frozen holder.
+	since := seqMark(upstream)
+	idle.base = func() string { return other.url }
+	sent := len(idle.history) + 1
+	idle.turn("second turn, while the holder is frozen") // 30 s at most: a hang guard
+	recs := upstream.Requests(sim.RecordFilter{ThreadID: idle.thread, Since: since})
+	require.Len(t, recs, 1, "served once, by the replica it was sent to")
+	assert.Equal(t, first.Account, recs[0].Account, "on the thread's account")
+	assert.Equal(t, sent, recs[0].InputCount, "the whole history, rebuilt")
+	assert.NotEqual(t, first.ConnID, recs[0].ConnID, "not on the frozen holder's lane")
 }
