@@ -183,14 +183,20 @@ func (a dbAnswer) storeUnavailable() bool {
 // dbTry sends text as the first request of thread (in a session of its
 // own), streamed, with a hang guard of 30s, and reads the whole answer.
 func dbTry(base, key, thread, text string) dbAnswer {
-	body, _ := json.Marshal(map[string]any{"model": "gpt-5.4", "stream": true, "store": false, "input": []any{textMessage(text)}})
-	req, err := http.NewRequest(http.MethodPost, base+"/v1/responses", bytes.NewReader(body))
+	return dbSend(base+"/v1/responses", key, thread, thread, []any{textMessage(text)})
+}
+
+// dbSend posts a streamed request of input to url for a thread, with a
+// hang guard of 30s, and reads the whole answer.
+func dbSend(url, key, session, thread string, input []any) dbAnswer {
+	body, _ := json.Marshal(map[string]any{"model": "gpt-5.4", "stream": true, "store": false, "input": input})
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return dbAnswer{err: err}
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("session-id", thread)
+	req.Header.Set("session-id", session)
 	req.Header.Set("thread-id", thread)
 	start := time.Now()
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
@@ -604,24 +610,7 @@ func TestSQLiteReadOnly(t *testing.T) {
 // base and reads the whole answer, without adding anything to the history:
 // a turn refused is sent again as it was.
 func convTry(c *conversation, base, text string) dbAnswer {
-	input := append(append([]any{}, c.history...), textMessage(text))
-	body, _ := json.Marshal(map[string]any{"model": "gpt-5.4", "stream": true, "store": false, "input": input})
-	req, err := http.NewRequest(http.MethodPost, base+c.path, bytes.NewReader(body))
-	if err != nil {
-		return dbAnswer{err: err}
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("session-id", c.session)
-	req.Header.Set("thread-id", c.thread)
-	start := time.Now()
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		return dbAnswer{err: err, took: time.Since(start)}
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	return dbAnswer{status: resp.StatusCode, body: string(raw), took: time.Since(start), err: err}
+	return dbSend(base+c.path, c.key, c.session, c.thread, append(append([]any{}, c.history...), textMessage(text)))
 }
 
 // A replica cut off from its database (the link drops every packet, its

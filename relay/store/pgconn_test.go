@@ -15,6 +15,16 @@ import (
 	"github.com/codexrelay/codex-relay/relay/store/storetest"
 )
 
+// behindLink is a fresh PostgreSQL database's URL through a Link of its
+// own.
+func behindLink(t *testing.T) (*storetest.Link, string) {
+	u, err := url.Parse(storetest.PostgresURL(t))
+	require.NoError(t, err)
+	link := storetest.NewLink(t, u.Host)
+	u.Host = link.Addr()
+	return link, u.String()
+}
+
 // PostgreSQL that does not answer at all (the link to it drops every
 // packet; its connections stay open): every call returns when its context
 // ends, whatever it was doing (a query, a write, a transaction, a prepared
@@ -23,12 +33,8 @@ import (
 // carries. Once the link is back the pool serves again: the connections
 // the calls gave up on are let go.
 func TestACallThePostgresServerDoesNotAnswerEndsWithItsContext(t *testing.T) {
-	u, err := url.Parse(storetest.PostgresURL(t))
-	require.NoError(t, err)
-	link := storetest.NewLink(t, u.Host)
-	via := *u
-	via.Host = link.Addr()
-	s := storetest.Open(t, via.String(), store.Options{})
+	link, via := behindLink(t)
+	s := storetest.Open(t, via, store.Options{})
 	ctx := context.Background()
 	r := store.Replica{ID: "r1", Name: "r1", StartedAt: time.Now()}
 	require.NoError(t, s.Heartbeat(ctx, r))
@@ -94,12 +100,8 @@ func TestACallThePostgresServerDoesNotAnswerEndsWithItsContext(t *testing.T) {
 // prepared statements of its connections are not closed one by one at a
 // server that will never answer (the server drops them with the session).
 func TestAStoreClosesWhileThePostgresServerDoesNotAnswer(t *testing.T) {
-	u, err := url.Parse(storetest.PostgresURL(t))
-	require.NoError(t, err)
-	link := storetest.NewLink(t, u.Host)
-	via := *u
-	via.Host = link.Addr()
-	loc, err := store.ParseLocation(via.String())
+	link, via := behindLink(t)
+	loc, err := store.ParseLocation(via)
 	require.NoError(t, err)
 	s, err := store.Open(context.Background(), loc, store.Options{SecretKey: storetest.SecretKey})
 	require.NoError(t, err)
@@ -132,12 +134,8 @@ func TestAStoreClosesWhileThePostgresServerDoesNotAnswer(t *testing.T) {
 // ends when its context does: lib/pq's listener waits to connect and to
 // subscribe without a context, and a replica's shutdown waits for it.
 func TestListenEndsWithItsContextWhileThePostgresServerDoesNotAnswer(t *testing.T) {
-	u, err := url.Parse(storetest.PostgresURL(t))
-	require.NoError(t, err)
-	link := storetest.NewLink(t, u.Host)
-	via := *u
-	via.Host = link.Addr()
-	s := storetest.Open(t, via.String(), store.Options{})
+	link, via := behindLink(t)
+	s := storetest.Open(t, via, store.Options{})
 
 	link.Partition()
 	ctx, cancel := context.WithCancel(context.Background())
