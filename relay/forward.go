@@ -126,8 +126,8 @@ func (s *Server) announceTakeover(ctx context.Context, req *request) {
 const hopSilenceMargin = 5 * time.Second
 
 // hopSilence bounds the wait for a forwarded request's answer headers, and
-// each gap in its body.
-func (s *Server) hopSilence() time.Duration { return s.cfg.StreamIdleTimeout + hopSilenceMargin }
+// each gap in its body, for a stream idle deadline of idle.
+func hopSilence(idle time.Duration) time.Duration { return idle + hopSilenceMargin }
 
 // silenceBody is a forwarded answer's body that ends once it has been
 // silent for d: what it read last is kept, then tail (a terminal event),
@@ -255,7 +255,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, req *request) b
 					"the relay replica serving this conversation stopped answering"))
 				tail = b.Bytes()
 			}
-			resp.Body = newSilenceBody(resp.Body, s.hopSilence(), tail)
+			resp.Body = newSilenceBody(resp.Body, hopSilence(s.cfg.StreamIdleTimeout), tail)
 			return nil
 		},
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {

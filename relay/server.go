@@ -200,7 +200,7 @@ func New(cfg Config) *Server {
 			MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute,
 			// A holder that takes a forwarded request and never answers it
 			// (frozen, or cut off) is given up: the request is served here.
-			ResponseHeaderTimeout: cfg.StreamIdleTimeout + hopSilenceMargin},
+			ResponseHeaderTimeout: hopSilence(cfg.StreamIdleTimeout)},
 	}
 	pc := cfg.Bridge
 	if pc.Now == nil {

@@ -215,15 +215,11 @@ func (s *Server) writePlacements(batch []store.Placement) []store.Placement {
 	w := writeEach(ctx, batch, s.cfg.Store.Place)
 	retry, refused := w.sort()
 	if len(refused) > 0 {
-		s.log.Error("write binding: the database refused it", "bindings", len(refused), "err", w.last)
+		s.log.Error("write binding: the database refused it", "bindings", len(refused), "err", w.lastErr())
 		s.metrics.bindingsDropped.Add(float64(len(refused)))
 	}
 	if len(retry) == 0 {
 		return nil
-	}
-	last := w.last
-	if last == nil {
-		last = context.DeadlineExceeded
 	}
 	now := s.cfg.Now()
 	kept := retry[:0]
@@ -233,7 +229,7 @@ func (s *Server) writePlacements(batch []store.Placement) []store.Placement {
 		}
 	}
 	if n := len(retry) - len(kept); n > 0 {
-		s.log.Error("binding writes given up after "+placementRetryFor.String(), "bindings", n, "err", last)
+		s.log.Error("binding writes given up after "+placementRetryFor.String(), "bindings", n, "err", w.lastErr())
 		s.metrics.bindingsDropped.Add(float64(n))
 	}
 	return kept

@@ -32,9 +32,9 @@ type upgrader struct {
 // error's body together.
 const maxUpgradeAnswer = 2 * maxErrorBody
 
-// directLaneDialer is how direct lanes connect: the same bounds as the
-// pooled transport's dialer.
-var directLaneDialer = &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+// laneDialer connects to upstreams: direct lanes, and the pooled
+// transports of everything else.
+var laneDialer = &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 
 // RoundTrip sends one upgrade request on a new connection. A 101 answer's
 // body is the connection itself (what coder/websocket expects of a

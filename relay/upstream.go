@@ -156,7 +156,7 @@ func (u *Upstream) transport(proxy func(*http.Request) (*url.URL, error)) *http.
 	}
 	return &http.Transport{
 		Proxy:                 proxy,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           laneDialer.DialContext,
 		TLSClientConfig:       tc,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          256,
@@ -419,7 +419,7 @@ func (u *Upstream) laneClient(a store.Account, wsURL string, raw *net.Conn) (*ht
 		return nil, err
 	}
 	if pu == nil && !u.envProxied(wsURL) {
-		return &http.Client{Transport: &upgrader{dialer: directLaneDialer, tls: u.tls, raw: raw}}, nil
+		return &http.Client{Transport: &upgrader{dialer: laneDialer, tls: u.tls, raw: raw}}, nil
 	}
 	return u.Client(a)
 }

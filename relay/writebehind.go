@@ -201,7 +201,6 @@ type written[T any] struct {
 	late   []T     // left unwritten when the write's deadline passed
 	failed []T     // the database answered with an error
 	errs   []error // failed's errors, in its order
-	last   error   // the last of errs
 }
 
 // writeEach writes batch with write, item by item, under ctx.
@@ -220,10 +219,19 @@ func writeEach[T any](ctx context.Context, batch []T, write func(context.Context
 			// are made so that writing one again is harmless.
 			w.late = append(w.late, it)
 		default:
-			w.failed, w.errs, w.last = append(w.failed, it), append(w.errs, err), err
+			w.failed, w.errs = append(w.failed, it), append(w.errs, err)
 		}
 	}
 	return w
+}
+
+// lastErr is the last error the database answered with; the deadline's
+// when it answered none.
+func (w written[T]) lastErr() error {
+	if len(w.errs) == 0 {
+		return context.DeadlineExceeded
+	}
+	return w.errs[len(w.errs)-1]
 }
 
 // sort says which items to try again: those the deadline left unwritten
