@@ -170,7 +170,10 @@ type soakReport struct {
 	Goroutines  [2]int          `json:"goroutines"` // before the sessions, after them
 	OpenSockets [2]int          `json:"open_sockets"`
 
-	Violations []string `json:"violations"`
+	// Violations lists what the checks found, up to soakExamples of each
+	// kind; ViolationsByKind counts every one, past that cap too.
+	Violations       []string       `json:"violations"`
+	ViolationsByKind map[string]int `json:"violations_by_kind"`
 }
 
 // soakPenalty is one status an account was put in during the soak.
@@ -246,6 +249,7 @@ type soakRun struct {
 	slow       int
 	maxTurn    time.Duration
 	violations []string
+	byKind     map[string]int        // every violation, by kind
 	upstream   map[string]*soakUsage // by prompt_cache_key (the session)
 	simReqs    map[string]int        // by prompt_cache_key
 	fired      []firedFault          // the faults the sim gave, as they went
@@ -253,11 +257,24 @@ type soakRun struct {
 	penalties  []soakPenalty
 }
 
-func (r *soakRun) violate(format string, args ...any) {
+// soakExamples is how many violations of each kind the report lists: a
+// kind that fires on every session must not hide the others.
+const soakExamples = 20
+
+// violate notes a violation of kind (a short name of the check).
+func (r *soakRun) violate(kind, format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.violations) < 200 {
-		r.violations = append(r.violations, fmt.Sprintf(format, args...))
+	r.violateLocked(kind, format, args...)
+}
+
+func (r *soakRun) violateLocked(kind, format string, args ...any) {
+	if r.byKind == nil {
+		r.byKind = map[string]int{}
+	}
+	r.byKind[kind]++
+	if r.byKind[kind] <= soakExamples {
+		r.violations = append(r.violations, kind+": "+fmt.Sprintf(format, args...))
 	}
 }
 
@@ -303,7 +320,7 @@ func soak(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (soakRep
 		s := r.newSession(transport)
 		r.session(ctx, client, target, i, s, time.Time{})
 	}
-	if v := r.takeViolations(); len(v) > 0 {
+	if v, _ := r.takeViolations(); len(v) > 0 {
 		return rep, fmt.Errorf("soak: the warm-up failed: %s", v[0])
 	}
 	warmup := 0
@@ -355,7 +372,7 @@ func soak(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (soakRep
 				if sleepCtx(watchCtx, time.Duration(float64(o.soak)*at.frac)) {
 					runtime.GC()
 					if err := writeHeapProfile(o.busyProfile + at.name); err != nil {
-						r.violate("%v", err)
+						r.violate("profile", "%v", err)
 					}
 				}
 			})
@@ -419,16 +436,18 @@ func soak(ctx context.Context, c cli, o benchOptions, log *slog.Logger) (soakRep
 	for _, n := range r.simReqs {
 		rep.SimRequests += n
 	}
-	rep.Violations = r.takeViolations()
+	rep.Violations, rep.ViolationsByKind = r.takeViolations()
 	return rep, nil
 }
 
-func (r *soakRun) takeViolations() []string {
+// takeViolations returns the violations noted so far and their counts by
+// kind, and starts again from none.
+func (r *soakRun) takeViolations() ([]string, map[string]int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	v := r.violations
-	r.violations = nil
-	return v
+	v, n := r.violations, r.byKind
+	r.violations, r.byKind = nil, nil
+	return v, n
 }
 
 func (r *soakRun) newSession(transport string) *soakSession {
@@ -513,7 +532,7 @@ func (r *soakRun) session(ctx context.Context, client *http.Client, target bench
 		var err error
 		if conn, err = b.dial(ctx); err != nil {
 			if ctx.Err() == nil {
-				r.violate("session %s: %v", s.id, err)
+				r.violate("dial", "session %s: %v", s.id, err)
 			}
 			return
 		}
@@ -601,9 +620,7 @@ func (r *soakRun) turn(ctx context.Context, s *soakSession, what string, be soak
 		}
 		r.failures[when+t.detail]++
 	case soakHung, soakBroken:
-		if len(r.violations) < 200 {
-			r.violations = append(r.violations, fmt.Sprintf("%s %s of session %s %s after %s: %s", s.transport, what, s.id, t.outcome, took.Round(time.Millisecond), t.detail))
-		}
+		r.violateLocked("turn "+t.outcome, "%s %s of session %s after %s: %s", s.transport, what, s.id, took.Round(time.Millisecond), t.detail)
 	}
 	return t
 }
@@ -837,11 +854,11 @@ func (r *soakRun) waitLogged(ctx context.Context, want int) int {
 
 func (r *soakRun) checkResources(rep soakReport) {
 	if rep.Goroutines[1] > rep.Goroutines[0] {
-		r.violate("goroutines: %d before the sessions, %d after them; more than before: %s", rep.Goroutines[0], rep.Goroutines[1],
+		r.violate("goroutines", "%d before the sessions, %d after them; more than before: %s", rep.Goroutines[0], rep.Goroutines[1],
 			goroutineGrowth(r.goroutinesBefore, goroutineSites()))
 	}
 	if rep.OpenSockets[1] > rep.OpenSockets[0] {
-		r.violate("open sockets: %d before the sessions, %d after them", rep.OpenSockets[0], rep.OpenSockets[1])
+		r.violate("sockets", "%d before the sessions, %d after them", rep.OpenSockets[0], rep.OpenSockets[1])
 	}
 }
 
@@ -865,7 +882,7 @@ func (r *soakRun) checkMemory(samples []soakMemSample) {
 	}
 	middle, late := peak(samples[2*fifth:3*fifth]), peak(samples[len(samples)-fifth:])
 	if late > middle+middle/4+16<<20 {
-		r.violate("memory: the live heap grew from a peak of %.1f MiB in the middle fifth of the run to %.1f MiB in the last", float64(middle)/mib, float64(late)/mib)
+		r.violate("memory", "the live heap grew from a peak of %.1f MiB in the middle fifth of the run to %.1f MiB in the last", float64(middle)/mib, float64(late)/mib)
 	}
 }
 
@@ -889,7 +906,7 @@ func (r *soakRun) checkLog(ctx context.Context, rep *soakReport) error {
 			return fmt.Errorf("soak: the request log of %s: %w", s.id, err)
 		}
 		if len(rows) != s.requests {
-			r.violate("session %s (%s): the client sent %d requests, the log holds %d rows", s.id, s.transport, s.requests, len(rows))
+			r.violate("log rows", "session %s (%s): the client sent %d requests, the log holds %d rows", s.id, s.transport, s.requests, len(rows))
 		}
 		var logged soakUsage
 		lastOK := ""
@@ -900,7 +917,7 @@ func (r *soakRun) checkLog(ctx context.Context, rep *soakReport) error {
 				rep.Recoveries[row.Recovery]++
 			}
 			if row.Duration > r.o.turnTimeout {
-				r.violate("session %s: request %s took %s, past the turn deadline", s.id, row.ID, row.Duration)
+				r.violate("duration", "session %s: request %s took %s, past the turn deadline", s.id, row.ID, row.Duration)
 			}
 			if row.OutputTokens > 0 {
 				// The upstream completed it (usage comes with
@@ -920,7 +937,7 @@ func (r *soakRun) checkLog(ctx context.Context, rep *soakReport) error {
 			rep.Undelivered.add(lost)
 		}
 		if delivered := upstream.minus(lost); logged != delivered {
-			r.violate("session %s (%s): the log settled %+v, the upstream reported %+v (of which it could not deliver %+v)", s.id, s.transport, logged, upstream, lost)
+			r.violate("usage", "session %s (%s): the log settled %+v, the upstream reported %+v (of which it could not deliver %+v)", s.id, s.transport, logged, upstream, lost)
 		}
 		if s.completed == 0 {
 			continue
@@ -935,11 +952,11 @@ func (r *soakRun) checkLog(ctx context.Context, rep *soakReport) error {
 		bs = slices.DeleteFunc(bs, func(b store.Binding) bool { return b.AbandonedScope != "" })
 		switch {
 		case len(bs) == 0:
-			r.violate("session %s (%s): %d completed turns and no binding", s.id, s.transport, s.completed)
+			r.violate("binding", "session %s (%s): %d completed turns and no binding", s.id, s.transport, s.completed)
 		case !accounts[storeIDs[bs[0].AccountID]]:
-			r.violate("session %s: bound to account %q, which is not in the pool", s.id, bs[0].AccountID)
+			r.violate("binding", "session %s: bound to account %q, which is not in the pool", s.id, bs[0].AccountID)
 		case lastOK != "" && storeIDs[bs[0].AccountID] != lastOK:
-			r.violate("session %s (%s): bound to %s, but the last answer the upstream completed for it came from %s", s.id, s.transport, storeIDs[bs[0].AccountID], lastOK)
+			r.violate("binding", "session %s (%s): bound to %s, but the last answer the upstream completed for it came from %s", s.id, s.transport, storeIDs[bs[0].AccountID], lastOK)
 		}
 	}
 	return nil
@@ -960,28 +977,28 @@ func (r *soakRun) checkRows(ctx context.Context, rep *soakReport) error {
 	for _, want := range r.env.accounts {
 		a, ok := byLabel[want.ID]
 		if !ok {
-			r.violate("account %s: lost", want.ID)
+			r.violate("account", "%s lost", want.ID)
 			continue
 		}
 		if a.ChatGPTAccountID != want.ID || a.Organization != want.Organization || a.Kind != store.KindChatGPT || a.BaseURL != r.env.upstream.CodexBaseURL() {
-			r.violate("account %s: changed: %+v", want.ID, a)
+			r.violate("account", "%s changed: %+v", want.ID, a)
 		}
 		cred, err := st.Credentials(ctx, a.ID)
 		if err != nil {
-			r.violate("account %s: credentials unreadable: %v", want.ID, err)
+			r.violate("account", "%s: credentials unreadable: %v", want.ID, err)
 			continue
 		}
 		up, _ := r.env.upstream.Account(want.ID)
 		rep.Refreshes += up.Refreshes
 		if cred.RefreshToken != up.RefreshToken {
-			r.violate("account %s: the store holds a refresh token the upstream no longer knows (after %d rotations)", want.ID, up.Refreshes)
+			r.violate("refresh token", "account %s: the store holds a refresh token the upstream no longer knows (after %d rotations)", want.ID, up.Refreshes)
 		}
 		if up.RefreshesRejected > 0 {
-			r.violate("account %s: a spent refresh token was replayed %d times", want.ID, up.RefreshesRejected)
+			r.violate("refresh token", "account %s: a spent refresh token was replayed %d times", want.ID, up.RefreshesRejected)
 		}
 	}
 	if _, err := st.AuthenticateClientKey(ctx, r.env.key); err != nil {
-		r.violate("the client key no longer authenticates: %v", err)
+		r.violate("client key", "the client key no longer authenticates: %v", err)
 	}
 	rep.Attempts = map[string]int{}
 	for _, class := range []string{"ok", "usage_limit", "rate_limit", "quota", "auth", "billing", "forbidden", "server", "transport",
@@ -1007,9 +1024,9 @@ func (r *soakRun) checkPenalties(rep *soakReport) {
 	for _, p := range r.penalties {
 		label := storeIDs[p.Account]
 		p.Account, p.Cause = label, penaltyCause(p, label, r.fired)
-		if p.Cause == "" && len(r.violations) < 200 {
-			r.violations = append(r.violations, fmt.Sprintf("account %s was put in %s (%s) at %s without a fault of its own that explains it",
-				label, p.Status, p.Reason, p.At.Format(time.TimeOnly)))
+		if p.Cause == "" {
+			r.violateLocked("penalty", "account %s was put in %s (%s) at %s without a fault of its own that explains it",
+				label, p.Status, p.Reason, p.At.Format(time.TimeOnly))
 		}
 		rep.Penalties = append(rep.Penalties, p)
 	}
@@ -1035,7 +1052,7 @@ func (r *soakRun) checkFinalTurn(ctx context.Context, client *http.Client, targe
 		s := r.newSession(transport)
 		r.session(ctx, client, target, i, s, time.Time{})
 		if s.last != soakCompleted {
-			r.violate("after the soak, a %s turn did not complete: %s", transport, s.last)
+			r.violate("final turn", "after the soak, a %s turn did not complete: %s", transport, s.last)
 		}
 	}
 	return ctx.Err()
@@ -1169,7 +1186,13 @@ func printSoak(w io.Writer, rep soakReport) {
 		fmt.Fprintln(w, "checks: every one passed")
 		return
 	}
-	fmt.Fprintf(w, "checks: %d violations\n", len(rep.Violations))
+	total := 0
+	for _, n := range rep.ViolationsByKind {
+		total += n
+	}
+	fmt.Fprintf(w, "checks: %d violations\n", total)
+	counts("by kind", rep.ViolationsByKind)
+	fmt.Fprintf(w, "the first %d of each kind:\n", soakExamples)
 	for _, v := range rep.Violations {
 		fmt.Fprintln(w, "  - "+v)
 	}

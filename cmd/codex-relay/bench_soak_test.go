@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +101,23 @@ func TestSoakMemoryCheck(t *testing.T) {
 	growing.checkMemory(samples(func(i int) int64 { return int64(100+4*i) << 20 }))
 	require.Len(t, growing.violations, 1)
 	assert.Contains(t, growing.violations[0], "live heap grew")
+}
+
+// A kind of violation that fires on every session must not hide the
+// others: each kind lists its first examples, and all are counted.
+func TestSoakViolationsAreCountedByKindPastTheirExamples(t *testing.T) {
+	r := &soakRun{}
+	for i := range soakExamples + 5 {
+		r.violate("binding", "session %d", i)
+	}
+	r.violate("usage", "session x: the log settled less")
+	list, byKind := r.takeViolations()
+	assert.Equal(t, map[string]int{"binding": soakExamples + 5, "usage": 1}, byKind)
+	require.Len(t, list, soakExamples+1)
+	assert.Equal(t, "usage: session x: the log settled less", list[soakExamples])
+
+	var out strings.Builder
+	printSoak(&out, soakReport{Violations: list, ViolationsByKind: byKind})
+	assert.Contains(t, out.String(), "checks: 26 violations")
+	assert.Contains(t, out.String(), "binding 25, usage 1")
 }
