@@ -75,18 +75,39 @@ func member(body []byte, name string) (keyStart, start, end int, ok bool) {
 // withoutMember removes a top-level member of a JSON object body, keeping
 // every other byte; the body is returned unchanged when it has no such member.
 func withoutMember(body []byte, name string) []byte {
-	ks, _, ve, ok := member(body, name)
+	start, end, ok := memberSpan(body, name)
 	if !ok {
 		return body
 	}
+	out := make([]byte, 0, len(body)-(end-start))
+	out = append(out, body[:start]...)
+	return append(out, body[end:]...)
+}
+
+// cutMember is withoutMember done in body's own bytes, for a body nothing
+// else holds (a client's WebSocket message, read whole into a buffer of
+// its own): a message at the 64 MiB limit is not copied once more for it.
+func cutMember(body []byte, name string) []byte {
+	start, end, ok := memberSpan(body, name)
+	if !ok {
+		return body
+	}
+	return append(body[:start], body[end:]...)
+}
+
+// memberSpan finds the top-level member name of the object body, with
+// one comma beside it: the bytes [start, end) to remove.
+func memberSpan(body []byte, name string) (start, end int, ok bool) {
+	ks, _, ve, ok := member(body, name)
+	if !ok {
+		return 0, 0, false
+	}
 	// The member, and one comma with it.
-	start, end := ks, ve
+	start, end = ks, ve
 	if j := wire.SkipSpace(body, end); j < len(body) && body[j] == ',' {
 		end = wire.SkipSpace(body, j+1)
 	} else if p := bytes.LastIndexByte(body[:start], ','); p >= 0 && wire.SkipSpace(body, p+1) == start {
 		start = p
 	}
-	out := make([]byte, 0, len(body))
-	out = append(out, body[:start]...)
-	return append(out, body[end:]...)
+	return start, end, true
 }

@@ -64,9 +64,16 @@ func TestWithoutMember(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out := withoutMember([]byte(tc.in), "type")
+			in := []byte(tc.in)
+			out := withoutMember(in, "type")
 			assert.Equal(t, tc.want, string(out))
 			assert.True(t, json.Valid(out))
+			assert.Equal(t, tc.in, string(in), "withoutMember leaves its input as it was")
+
+			// cutMember gives the same bytes in the input's own array.
+			cut := cutMember(in, "type")
+			assert.Equal(t, tc.want, string(cut))
+			assert.Same(t, &in[0], &cut[0], "cutMember reuses its input's bytes")
 		})
 	}
 }

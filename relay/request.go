@@ -101,7 +101,8 @@ func (r *request) prewarm() bool {
 }
 
 // responseBody reads a WebSocket response.create into a Responses request
-// body: the message without its "type", every other byte as it came.
+// body: the message without its "type", every other byte as it came. It
+// reuses msg's bytes: the caller must hold no other use of msg.
 func responseBody(msg []byte) []byte {
-	return withoutMember(msg, "type")
+	return cutMember(msg, "type")
 }
