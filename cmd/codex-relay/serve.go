@@ -81,6 +81,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	applyMemoryLimit(c, log)
 	st, secret, adminHash, err := openRelayStore(ctx, c, db, log)
 	if err != nil {
 		return err
