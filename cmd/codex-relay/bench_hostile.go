@@ -290,6 +290,8 @@ type hostileProbe struct {
 	Expect string `json:"expect"`
 	Got    string `json:"got"`
 	OK     bool   `json:"ok"`
+	// Ms is how long the probe took, from its dial to its answer.
+	Ms float64 `json:"ms"`
 }
 
 type hostileLevel struct {
@@ -460,7 +462,7 @@ func (r hostileReport) check(stalled int, writeTimeout time.Duration) []hostileC
 			l.Closed, l.Unblocked, l.BlockedAfter.P50/1000, l.BlockedAfter.Max/1000, mibText(l.WrittenP50), l.Blocked.P50/1000, l.Blocked.Max/1000, writeTimeout, hostileMargin)
 	}
 	for _, p := range r.Probes {
-		add("probe "+p.Name, p.OK, "expected %s, got %s", p.Expect, p.Got)
+		add("probe "+p.Name, p.OK, "expected %s, got %s after %.1f s", p.Expect, p.Got, p.Ms/1000)
 	}
 	add("stalled readers ended as client_stalled", r.StalledAttempts >= stalled, "%d attempts recorded for %d stalled readers", r.StalledAttempts, stalled)
 	add("no account penalised", len(r.PenalisedAccounts) == 0, "%v", r.PenalisedAccounts)
@@ -1377,9 +1379,11 @@ func (e *hostileEnv) probes(ctx context.Context) []hostileProbe {
 	var out []hostileProbe
 	for _, p := range e.probeList() {
 		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		start := time.Now()
 		got, ok := p.run(pctx)
+		took := time.Since(start)
 		cancel()
-		out = append(out, hostileProbe{Name: p.name, Expect: p.expect, Got: clipText(got, 300), OK: ok})
+		out = append(out, hostileProbe{Name: p.name, Expect: p.expect, Got: clipText(got, 300), OK: ok, Ms: ms(took)})
 	}
 	return out
 }
@@ -1734,7 +1738,7 @@ func printHostile(w io.Writer, r hostileReport) {
 		if !p.OK {
 			mark = "FAIL"
 		}
-		fmt.Fprintf(w, "  %s %-50s expected %s, got %s\n", mark, p.Name, p.Expect, p.Got)
+		fmt.Fprintf(w, "  %s %-50s expected %s, got %s (%.1f s)\n", mark, p.Name, p.Expect, p.Got, p.Ms/1000)
 	}
 	m := r.Memory
 	fmt.Fprintf(w, "\nmemory: RSS %s at the start; +%s with every hostile connection in place (%.0f KiB each); peak +%s\n",

@@ -68,7 +68,7 @@ func TestBenchHostileShort(t *testing.T) {
 
 	require.Len(t, rep.Probes, len((&hostileEnv{}).probeList()))
 	for _, p := range rep.Probes {
-		assert.True(t, p.OK, "%s: expected %s, got %s", p.Name, p.Expect, p.Got)
+		assert.True(t, p.OK, "%s: expected %s, got %s after %.1f s", p.Name, p.Expect, p.Got, p.Ms/1000)
 	}
 	assert.GreaterOrEqual(t, rep.StalledAttempts, 2, "the stopped readers end as client_stalled")
 	assert.Empty(t, rep.PenalisedAccounts)
