@@ -937,7 +937,7 @@ func (r *soakRun) checkLog(ctx context.Context, rep *soakReport) error {
 			rep.Undelivered.add(lost)
 		}
 		if delivered := upstream.minus(lost); logged != delivered {
-			r.violate("usage", "session %s (%s): the log settled %+v, the upstream reported %+v (of which it could not deliver %+v)", s.id, s.transport, logged, upstream, lost)
+			r.violate("usage", "session %s (%s): the log settled %+v, the upstream reported %+v (of which it could not deliver %+v); its rows: %s", s.id, s.transport, logged, upstream, lost, rowsText(rows))
 		}
 		if s.completed == 0 {
 			continue
@@ -960,6 +960,24 @@ func (r *soakRun) checkLog(ctx context.Context, rep *soakReport) error {
 		}
 	}
 	return nil
+}
+
+// rowsText sums up a session's log rows, oldest first, for a violation
+// about them: each row's status, error, recovery and usage (input/cached/
+// output), and when it started.
+func rowsText(rows []store.RequestRecord) string {
+	parts := make([]string, 0, len(rows))
+	for _, row := range rows {
+		p := fmt.Sprintf("%s %d", row.StartedAt.Format("15:04:05.000"), row.Status)
+		if row.ErrorCode != "" {
+			p += " " + row.ErrorCode
+		}
+		if row.Recovery != "" {
+			p += " (" + row.Recovery + ")"
+		}
+		parts = append(parts, fmt.Sprintf("%s %d/%d/%d", p, row.InputTokens, row.CachedTokens, row.OutputTokens))
+	}
+	return "[" + strings.Join(parts, "; ") + "]"
 }
 
 // checkRows checks the accounts, their credentials and the client key,

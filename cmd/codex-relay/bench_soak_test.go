@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/relay/sim"
+	"github.com/codexrelay/codex-relay/relay/store"
 )
 
 // A short soak: sessions over both transports with every kind of upstream
@@ -120,4 +121,14 @@ func TestSoakViolationsAreCountedByKindPastTheirExamples(t *testing.T) {
 	printSoak(&out, soakReport{Violations: list, ViolationsByKind: byKind})
 	assert.Contains(t, out.String(), "checks: 26 violations")
 	assert.Contains(t, out.String(), "binding 25, usage 1")
+}
+
+func TestSoakRowsText(t *testing.T) {
+	at := time.Date(2026, 12, 2, 17, 4, 5, 6e6, time.UTC)
+	got := rowsText([]store.RequestRecord{
+		{StartedAt: at, Status: 200, InputTokens: 265, CachedTokens: 35, OutputTokens: 76},
+		{StartedAt: at.Add(time.Second), Status: 499, ErrorCode: "cancelled"},
+		{StartedAt: at.Add(2 * time.Second), Status: 200, Recovery: "failover", InputTokens: 501, OutputTokens: 76},
+	})
+	assert.Equal(t, "[17:04:05.006 200 265/35/76; 17:04:06.006 499 cancelled 0/0/0; 17:04:07.006 200 (failover) 501/0/76]", got)
 }
