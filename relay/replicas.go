@@ -84,6 +84,12 @@ func (s *Server) heartbeat(ctx context.Context) {
 			if ctx.Err() == nil {
 				s.log.Warn("replica heartbeat", "err", err)
 			}
+			// The other replicas may count this one gone and take its
+			// threads over, and their announcements may not reach it (a
+			// silent link keeps the listener's connection looking open
+			// until it heals): each thread's next request here reads its
+			// lease afresh instead of trusting the one held in memory.
+			s.leased.Clear()
 			return
 		}
 		reps, err := s.cfg.Store.Replicas(bctx, s.ReplicaLiveSince())
