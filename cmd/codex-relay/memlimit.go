@@ -2,7 +2,6 @@ package main
 
 import (
 	"log/slog"
-	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -42,7 +41,7 @@ func softMemoryLimit(getenv func(string) string, read func(string) ([]byte, erro
 			return 0
 		}
 		n, err := strconv.ParseInt(text, 10, 64)
-		if err != nil || n <= 0 || n >= cgroupV1Unlimited || n > math.MaxInt64/10*9 {
+		if err != nil || n <= 0 || n >= cgroupV1Unlimited {
 			return 0
 		}
 		return n - n/10
