@@ -99,3 +99,38 @@ func TestBindingsAreReadWhileTheLeaseIsTaken(t *testing.T) {
 	require.Len(t, rows, 1)
 	assert.Equal(t, "acc_b", rows[0].AccountID, "a later choice reads afresh")
 }
+
+// A replica whose heartbeat fails may be counted gone and its threads
+// taken over, with the announcements lost on the way: it drops the leases
+// it holds in memory, so each thread's next request reads its lease afresh
+// instead of being served here on the strength of a renewal the database
+// may no longer honour (the race TestReplicaCutOffFromItsDatabase caught
+// once: /readyz ready again before the listener's resync).
+func TestAFailedHeartbeatDropsTheLeasesHeld(t *testing.T) {
+	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	s := New(Config{Store: st, Logger: slog.New(slog.DiscardHandler),
+		Replica: ReplicaConfig{ID: "rep_a", Address: "http://127.0.0.1:1", HopKey: []byte("hop key"), Heartbeat: 20 * time.Millisecond}})
+	defer s.Close()
+	req := &request{client: client{key: store.ClientKey{ID: "key_1"}, keyed: true}, ident: Identity{Key: "v1:thread:t", Thread: "t"}}
+	require.False(t, s.forward(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/responses", nil), req), "served here")
+	_, held := s.leased.Load(leaseKey(req))
+	require.True(t, held, "the lease taken is held in memory")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.heartbeat(ctx) }()
+	// While the heartbeat goes through, the lease stays held.
+	time.Sleep(100 * time.Millisecond)
+	_, held = s.leased.Load(leaseKey(req))
+	assert.True(t, held, "a heartbeat that goes through keeps the leases")
+
+	require.NoError(t, st.Close()) // every heartbeat from now on fails
+	assert.Eventually(t, func() bool { _, held := s.leased.Load(leaseKey(req)); return !held },
+		5*time.Second, 10*time.Millisecond, "a failed heartbeat drops the leases held")
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the heartbeat did not end with its context")
+	}
+}
