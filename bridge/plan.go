@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"github.com/codexrelay/codex-relay/continuity"
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // State is what a lane's upstream connection holds after a response: the

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // apiError is an error as Codex reads it: {"error":{type, code, message, ...}}.

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // maxErrorBody bounds an upstream error body the relay reads.

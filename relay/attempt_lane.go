@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/codexrelay/codex-relay/bridge"
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // maxLaneMessageBytes bounds a message the relay sends over an upstream

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // attempts serves one request, whatever its transport: it selects an

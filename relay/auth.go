@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // client is an authenticated caller.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/internal/wire"
 	"github.com/codexrelay/codex-relay/relay/chat"
-	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // serveChatCompletions serves POST /v1/chat/completions: the chat request

@@ -3,7 +3,7 @@ package relay
 import (
 	"context"
 
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // choice is an account chosen for one attempt, with what selection read.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // attemptClass names how an attempt ended; it is recorded with the attempt

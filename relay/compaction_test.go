@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/continuity"
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 func TestCompactionOf(t *testing.T) {

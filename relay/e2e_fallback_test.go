@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
+	"github.com/codexrelay/codex-relay/internal/sim"
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
-	"github.com/codexrelay/codex-relay/relay/sim"
-	"github.com/codexrelay/codex-relay/relay/store"
 )
 
 // An exhausted pool fails over once to the fallback group, with the fallback

@@ -13,9 +13,9 @@ import (
 
 	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/internal/codexcli"
+	"github.com/codexrelay/codex-relay/internal/sim"
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
-	"github.com/codexrelay/codex-relay/relay/sim"
-	"github.com/codexrelay/codex-relay/relay/store"
 )
 
 // outputItems returns the items of an SSE body's response.output_item.done events.

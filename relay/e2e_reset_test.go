@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/internal/sim"
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
-	"github.com/codexrelay/codex-relay/relay/sim"
-	"github.com/codexrelay/codex-relay/relay/store"
 )
 
 // Operators see live lanes; resetting a thread's bindings drops its

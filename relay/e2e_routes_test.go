@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/codexrelay/codex-relay/relay/sim"
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/sim"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 func (h *harness) raw(method, path string, hdr http.Header, body []byte) (int, http.Header, string) {

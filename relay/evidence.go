@@ -3,7 +3,7 @@ package relay
 import (
 	"fmt"
 
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // hardSource names a kind of hard evidence: something only one account can

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // discardWriter is an http.ResponseWriter and Flusher that keeps nothing.

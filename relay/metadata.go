@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // withoutMetadataKey removes key from the body's top-level client_metadata

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // modelsClientVersion is the Codex version the relay names when it asks a

@@ -8,8 +8,8 @@ import (
 	"strconv"
 
 	"github.com/codexrelay/codex-relay/bridge"
+	"github.com/codexrelay/codex-relay/internal/wire"
 	"github.com/codexrelay/codex-relay/relay/chat"
-	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // OpenAI clients other than Codex (the SDKs, tools that speak Chat

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/internal/wire"
 	"github.com/codexrelay/codex-relay/relay/chat"
-	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // The response object is the terminal event's, with the stream's output

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/codexrelay/codex-relay/continuity"
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // admitBody admits an HTTP client request and reads its body, answering

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/codexrelay/codex-relay/continuity"
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // GoalMarker starts the user message of Codex's automatic goal

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // candidate is an account selection may choose, with its live load. The

@@ -14,7 +14,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/continuity"
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // Config is what the relay needs, built by cmd.
@@ -79,7 +79,7 @@ type Config struct {
 }
 
 // TokenSource hands out an account's credentials, refreshing ChatGPT tokens
-// (relay/oauth's Refresher is one).
+// (internal/oauth's Refresher is one).
 type TokenSource interface {
 	Token(ctx context.Context, a store.Account) (store.Credentials, error)
 	AfterUnauthorized(ctx context.Context, a store.Account, staleAccessToken string) (store.Credentials, error)

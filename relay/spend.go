@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/codexrelay/codex-relay/relay/budget"
-	"github.com/codexrelay/codex-relay/relay/pricing"
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/budget"
+	"github.com/codexrelay/codex-relay/internal/pricing"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // HeaderLimit names the client key limit a request was refused under

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/codexrelay/codex-relay/bridge"
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // clientWriteTimeout bounds one write to a client, on both transports: a

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/codexrelay/codex-relay/bridge"
-	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // clientStream is the client side of one request: how its answer reaches

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // responseEnvelope reads the parts of response.created/completed/failed the

@@ -17,8 +17,8 @@ import (
 
 	"github.com/codexrelay/codex-relay/bridge"
 
-	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // target is one account as the upstream client needs it.

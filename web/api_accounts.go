@@ -9,7 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // Default upstream base URLs per account kind.

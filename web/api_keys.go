@@ -10,9 +10,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/codexrelay/codex-relay/internal/budget"
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
-	"github.com/codexrelay/codex-relay/relay/budget"
-	"github.com/codexrelay/codex-relay/relay/store"
 )
 
 // KeyView is a client key as the API shows it; Key is set only in the answer

@@ -11,7 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/codexrelay/codex-relay/relay/pricing"
+	"github.com/codexrelay/codex-relay/internal/pricing"
 )
 
 // PriceTableView is a price table as the API shows it. Default is true for

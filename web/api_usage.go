@@ -10,8 +10,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/codexrelay/codex-relay/relay/report"
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/report"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // The default window of a usage report: the last 30 days, and a minute

@@ -5,8 +5,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/codexrelay/codex-relay/relay/oauth"
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/oauth"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // importAuthJSON adds the accounts of Codex auth.json content (one object,

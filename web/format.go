@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // Formatting for the console: short forms in cells, full forms in titles.

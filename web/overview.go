@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
-	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/web/ui"
 )
 

@@ -14,9 +14,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/codexrelay/codex-relay/internal/oauth"
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
-	"github.com/codexrelay/codex-relay/relay/oauth"
-	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/web"
 )
 

@@ -27,9 +27,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/wire"
 	"github.com/codexrelay/codex-relay/relay"
-	"github.com/codexrelay/codex-relay/relay/store"
-	"github.com/codexrelay/codex-relay/relay/wire"
 )
 
 // hostileOptions is the -hostile mode's workload: hostile clients beside

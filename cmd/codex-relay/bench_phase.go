@@ -12,8 +12,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
-	"github.com/codexrelay/codex-relay/relay/store"
 )
 
 // memSamplePeriod is how often a phase samples the process's memory for

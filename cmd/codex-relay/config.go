@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/codexrelay/codex-relay/relay/store"
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/web"
 )
 

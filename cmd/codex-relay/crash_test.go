@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/codexrelay/codex-relay/relay/sim"
-	"github.com/codexrelay/codex-relay/relay/store/storetest"
+	"github.com/codexrelay/codex-relay/internal/sim"
+	"github.com/codexrelay/codex-relay/internal/store/storetest"
 )
 
 // The relay as an operating-system process killed with SIGKILL: no drain,

@@ -19,9 +19,9 @@ import (
 	"golang.org/x/net/http/httpproxy"
 
 	"github.com/codexrelay/codex-relay/bridge"
+	"github.com/codexrelay/codex-relay/internal/oauth"
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
-	"github.com/codexrelay/codex-relay/relay/oauth"
-	"github.com/codexrelay/codex-relay/relay/store"
 	"github.com/codexrelay/codex-relay/web"
 )
 

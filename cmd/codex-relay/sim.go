@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/codexrelay/codex-relay/relay/sim"
+	"github.com/codexrelay/codex-relay/internal/sim"
 )
 
 const simPurpose = `Run the simulated upstream: the ChatGPT Codex backend (/backend-api/codex/...,
@@ -20,7 +20,7 @@ Accounts come from -accounts-file and/or -account flags; with none, three demo
 accounts are served. Faults can be installed at start with -fault, and at run
 time through the control API under /_sim/ (accounts, faults, records, reset).
 The model is scripted by [[sim:...]] directives in the last user message
-(tool, words, events, delay, gap, seal): see the relay/sim package.
+(tool, words, events, delay, gap, seal): see the internal/sim package.
 
 Account spec keys (comma-separated key=value):
   id, label, kind (chatgpt|openai), token, refresh, account-id, org, email, plan,

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/codexrelay/codex-relay/relay/report"
+	"github.com/codexrelay/codex-relay/internal/report"
 )
 
 const usagePurpose = `Report usage from the request log through the admin API (GET /api/v1/usage):

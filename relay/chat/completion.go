@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // Meta is what every chat answer of one request carries: its id

@@ -16,7 +16,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // Request is what the relay reads of a chat request besides its

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 
-	"github.com/codexrelay/codex-relay/relay/wire"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // DoneMarker is the payload of the SSE event that ends a chat stream.
