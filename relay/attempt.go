@@ -6,19 +6,17 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // attemptResult is how one attempt ended: the one result type of both
-// transports. The loop classifies facts once; fail is the answer to send
-// when the client has not been answered (nil when it has, or went away).
+// transports. Attempts gather facts; the decision step (decide.go) reads
+// them, and the client's failure and the attempt's record are built from
+// them (clientFailure, record), once.
 type attemptResult struct {
 	facts attemptEnd
-	fail  *failure
 	tr    tracker // what the stream carried: ids, usage
-	// status and code are what the attempt record shows (the upstream's, or
-	// the relay's own failure).
-	status int
-	code   string
 	// detail is for the operator only: lane use, dial and stream errors.
 	detail      string
 	firstEvent  time.Duration
@@ -47,36 +45,67 @@ func (s *Server) attempt(ctx context.Context, r *request, p plan, ch *choice, cl
 	return s.attemptHTTP(ctx, r, p, ch, cl, h)
 }
 
-// finish completes an attempt from how its stream ended: a failure the
-// client has not seen becomes the answer to send (the upstream's own event,
-// or one of the relay's when the stream broke before any output).
+// finish completes an attempt from how its stream ended.
 func (res attemptResult) finish(end pumpEnd) attemptResult {
 	res.facts, res.tr, res.firstEvent, res.firstOutput = end.facts, end.tr, end.firstEvent, end.firstOutput
 	if end.detail != "" {
 		res.detail = joinDetail(res.detail, end.detail)
 	}
-	switch {
-	case end.tr.failure != nil:
-		res.status, res.code = end.tr.failStatus, errCode(end.tr.failure)
-	case end.facts.StreamCut || end.facts.Stalled:
-		res.status, res.code = http.StatusBadGateway, "upstream_stream_interrupted"
-	}
-	switch {
-	case end.facts.Completed:
-		res.status = http.StatusOK
-	case end.facts.Committed, end.facts.Cancelled:
-		// The client has its terminal event, or is gone.
-	case end.final != nil:
-		f := &failure{status: end.tr.failStatus, event: end.final}
-		if e := end.tr.failure; e != nil {
-			f.err = *e
-		}
-		res.fail = f
-	default:
-		res.fail = failInterrupted()
-		res.status, res.code = res.fail.status, res.fail.code()
-	}
 	return res
+}
+
+// clientFailure is what a client that has not been answered gets for an
+// attempt that ended so; nil when it has its answer (or its terminal event
+// within the stream) or went away. It is the upstream's own failure as it
+// came (its terminal event, or its HTTP error with the headers worth
+// passing on), or one of the relay's: no lane within the wait, an upstream
+// that could not be reached, or an answer that broke off before any
+// output. Built once per attempt, by the decision step. Pure.
+func clientFailure(e attemptEnd) *failure {
+	switch {
+	case e.Completed, e.Committed, e.Cancelled:
+		return nil
+	case e.LaneCapacity:
+		return failNoLane()
+	case e.Event != nil:
+		f := &failure{status: e.Status, event: e.Event}
+		if e.Err != nil {
+			f.err = *e.Err
+		}
+		return f
+	case e.Status != 0:
+		f := &failure{status: e.Status, header: e.Header, body: e.Body,
+			err: apiError{Type: wire.TypeServerError, Message: http.StatusText(e.Status)}}
+		if e.Err != nil {
+			f.err = *e.Err
+		}
+		return f
+	case e.Began:
+		return failInterrupted()
+	}
+	return failUnreachable()
+}
+
+// record is the status and code an attempt's record shows for an attempt
+// that ended so, f its client failure (clientFailure): the upstream's (its
+// status and the code its error named), or the relay's own failure's; 499
+// for a client that went away. Pure.
+func record(e attemptEnd, f *failure) (status int, code string) {
+	switch {
+	case e.Cancelled:
+		return statusClientClosed, errCode(e.Err)
+	case e.Completed:
+		return http.StatusOK, ""
+	case f != nil && (e.Status != 0 || e.Event != nil):
+		return f.status, errCode(e.Err)
+	case f != nil:
+		return f.status, f.code()
+	case e.Status != 0 || e.Err != nil:
+		return e.Status, errCode(e.Err) // a failure within a committed stream
+	case e.StreamCut || e.Stalled:
+		return http.StatusBadGateway, "upstream_stream_interrupted"
+	}
+	return e.Status, errCode(e.Err)
 }
 
 func joinDetail(a, b string) string {

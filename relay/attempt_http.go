@@ -59,33 +59,30 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch *choice
 	if err != nil {
 		res.detail = joinDetail(res.detail, err.Error())
 		res.facts = attemptEnd{Now: now, Transport: err, Stalled: stalled, Cancelled: ctx.Err() != nil}
-		res.fail = failUnreachable()
-		res.status, res.code = res.fail.status, res.fail.code()
 		return res
 	}
 	defer resp.Body.Close()
-	// The account's usage windows, from this answer's headers, once the
-	// attempt is over (the client is not kept waiting for the write).
-	defer s.foldUsage(acct, resp.Header)
+	// The account's usage windows, from this answer's headers: queued for
+	// the writer behind the requests (s.usage) before any event reaches the
+	// client, as a lane's are.
+	s.foldUsage(acct, resp.Header)
 	h.upstream = resp.Header
-	res.status = resp.StatusCode
 
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		f := &failure{status: resp.StatusCode, header: http.Header{}, body: raw,
-			err: apiError{Type: wire.TypeServerError, Message: http.StatusText(resp.StatusCode)}}
-		passHeaders(f.header, resp.Header)
+		header := http.Header{}
+		passHeaders(header, resp.Header)
 		if ct := resp.Header.Get("Content-Type"); ct != "" {
-			f.header.Set("Content-Type", ct)
+			header.Set("Content-Type", ct)
 		}
 		var ep *wire.Error
 		if e, ok := wire.ParseErrorBody(raw); ok {
-			f.err, ep = e, &e
-			res.code, res.detail = errCode(ep), joinDetail(res.detail, e.Message)
+			ep = &e
+			res.detail = joinDetail(res.detail, e.Message)
 		}
 		retry, _ := wire.ParseRetryAfter(resp.Header, now)
-		res.facts = attemptEnd{Now: now, Status: resp.StatusCode, Err: ep, RetryAfter: retry, Cancelled: ctx.Err() != nil}
-		res.fail = f
+		res.facts = attemptEnd{Now: now, Status: resp.StatusCode, Err: ep, RetryAfter: retry, Cancelled: ctx.Err() != nil,
+			Header: header, Body: raw}
 		return res
 	}
 	if !strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") {
@@ -93,8 +90,7 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch *choice
 		doc, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxBodyBytes))
 		if err != nil {
 			res.detail = joinDetail(res.detail, err.Error())
-			res.facts = attemptEnd{Now: s.cfg.Now(), Transport: err, Cancelled: ctx.Err() != nil}
-			res.fail = failInterrupted()
+			res.facts = attemptEnd{Now: s.cfg.Now(), Transport: err, Cancelled: ctx.Err() != nil, Began: true}
 			return res
 		}
 		// A document is no turn: no turn state is issued for it. It is a
@@ -144,7 +140,7 @@ func (s *Server) answerPrewarm(ctx context.Context, r *request, ch *choice, cl c
 			return res
 		}
 	}
-	res.status, res.tr, res.firstEvent = http.StatusOK, *tr, s.cfg.Now().Sub(r.start)
+	res.tr, res.firstEvent = *tr, s.cfg.Now().Sub(r.start)
 	res.facts = attemptEnd{Now: s.cfg.Now(), Completed: true, Committed: true}
 	return res
 }

@@ -58,8 +58,7 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch *choice
 			return res, false
 		}
 		res.detail = "lane: " + err.Error()
-		res.facts, res.fail = dialFailure(now, err, ctx.Err() != nil)
-		res.status, res.code = res.fail.status, res.fail.code()
+		res.facts = dialFailure(now, err, ctx.Err() != nil)
 		return res, true
 	}
 	switch {
@@ -82,9 +81,8 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch *choice
 	if err != nil {
 		lease.Release(lease.State, true)
 		res.detail = joinDetail(res.detail, err.Error())
-		res.facts = attemptEnd{Now: now, Status: http.StatusBadRequest}
-		res.fail = relayFailure(http.StatusBadRequest, wire.TypeInvalidRequest, "invalid_json", "the request body could not be rewritten for the upstream")
-		res.status, res.code = res.fail.status, res.fail.code()
+		res.facts = attemptEnd{Now: now, Status: http.StatusBadRequest,
+			Err: &wire.Error{Type: wire.TypeInvalidRequest, Code: "invalid_json", Message: "the request body could not be rewritten for the upstream"}}
 		return res, true
 	}
 	if len(out.msg) > maxLaneMessageBytes {
@@ -128,8 +126,6 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch *choice
 			res.detail = joinDetail(res.detail, "the upstream had ended the lane: "+lerr.Error())
 			res.facts = attemptEnd{Now: now, LaneGone: true}
 		}
-		res.fail = failUnreachable()
-		res.status, res.code = res.fail.status, res.fail.code()
 		return res, true
 	}
 	settle := func(tr *tracker) {
@@ -223,29 +219,23 @@ func planLaneMessage(st bridge.State, p plan) (laneMessage, error) {
 // previous_response_not_found.
 func chainUnknown(now time.Time, p plan) attemptResult {
 	res := attemptResult{detail: errChainUnknown.Error()}
-	res.facts = attemptEnd{Now: now, Status: http.StatusBadRequest, Err: &wire.Error{Code: wire.CodePreviousResponseNotFound}}
-	res.fail = relayFailure(http.StatusBadRequest, wire.TypeInvalidRequest, wire.CodePreviousResponseNotFound,
-		"previous response "+p.prev+" is not held by this relay or its upstream connection; send the full request")
-	res.status, res.code = res.fail.status, res.fail.code()
+	res.facts = attemptEnd{Now: now, Status: http.StatusBadRequest, Err: &wire.Error{Type: wire.TypeInvalidRequest, Code: wire.CodePreviousResponseNotFound,
+		Message: "previous response " + p.prev + " is not held by this relay or its upstream connection; send the full request"}}
 	return res
 }
 
-// dialFailure classifies a lane that could not be had: an upgrade the
+// dialFailure is the facts of a lane that could not be had: an upgrade the
 // upstream answered like a request (401, 429, ...), no capacity, or a dial
 // that failed.
-func dialFailure(now time.Time, err error, cancelled bool) (attemptEnd, *failure) {
+func dialFailure(now time.Time, err error, cancelled bool) attemptEnd {
 	var de *dialStatusError
 	switch {
 	case errors.As(err, &de):
-		f := &failure{status: de.status, err: apiError{Type: wire.TypeServerError, Message: http.StatusText(de.status)}}
-		if de.err != nil {
-			f.err = *de.err
-		}
-		return attemptEnd{Now: now, Status: de.status, Err: de.err, Cancelled: cancelled}, f
+		return attemptEnd{Now: now, Status: de.status, Err: de.err, Cancelled: cancelled}
 	case errors.Is(err, bridge.ErrNoCapacity):
-		return attemptEnd{Now: now, LaneCapacity: true, Cancelled: cancelled}, failNoLane()
+		return attemptEnd{Now: now, LaneCapacity: true, Cancelled: cancelled}
 	}
-	return attemptEnd{Now: now, Transport: err, Cancelled: cancelled}, failUnreachable()
+	return attemptEnd{Now: now, Transport: err, Cancelled: cancelled}
 }
 
 // turnStateFor decides whether the client's turn state may go to account:

@@ -3,36 +3,28 @@ package relay
 import (
 	"cmp"
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
 	"github.com/codexrelay/codex-relay/internal/store"
 )
 
-// attempts serves one request, whatever its transport: it selects an
-// account, attempts the request there, classifies how the attempt ended
-// (once), and then either the client has its answer or the next plan goes to
-// the next attempt, within one budget (Config.MaxAttempts). When every
-// account failed, the client gets the first failure. Every attempt is
-// recorded, and the request logged once, after the client has its answer.
+// attempts serves one request, whatever its transport: choose an account,
+// attempt the request there, decide (once, in decide.go) what the attempt's
+// end means, and act on it: the client has its answer, or the next plan
+// goes to the next attempt, within one budget (Config.MaxAttempts). Every
+// attempt is recorded, and the request logged once, after the client has
+// its answer.
 func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
-	var (
-		p         = r.firstPlan()
-		exclude   = map[string]bool{}
-		cipher    = newCiphertextRecovery(!s.cfg.DisableRecovery)
-		refreshed = map[string]bool{} // accounts whose token this request refreshed
-		first     *failure            // the first account failure: the answer when every account failed
-		prev      string              // the previous attempt's account
-		log       = requestLog{s: s, r: r}
-	)
+	t := s.newTries(r)
+	log := requestLog{s: s, r: r}
 	defer log.write()
 	answer := func(f *failure, class attemptClass) {
 		log.answered(f, class)
 		if class == classCancelled || ctx.Err() != nil {
 			return // nobody is listening
 		}
-		_ = cl.fail(&head{recovery: p.recovery}, f)
+		_ = cl.fail(&head{recovery: t.plan.recovery}, f)
 	}
 	reserved, err := s.admitBudget(ctx, r)
 	r.reserved, log.rec.Reserved = reserved, reserved // settled (deleted) with the request's log row
@@ -42,97 +34,64 @@ func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
 		answer(f, class)
 		return
 	}
-	for n := 1; ; n++ {
+	for {
 		lane := ""
 		if k, ok := cl.lane(r); ok {
 			lane, _ = s.pool.Owner(k)
 		}
-		ch, next, err := s.chooseFor(ctx, r, p, exclude, lane)
-		p = next
+		ch, next, err := s.chooseFor(ctx, r, t.plan, t.exclude, lane)
+		t.plan = next
 		if err != nil {
-			var none *noAccountError
-			if first != nil && errors.As(err, &none) && none.EarliestReset.IsZero() {
-				answer(first, log.firstClass) // every account failed this request
-				return
+			now := s.cfg.Now()
+			st := t.decide(ended{refused: err, fallbackInScope: ch.fallbackInScope, now: now})
+			if st.next == stepAttempt {
+				continue // the fallback group: choose again there
 			}
-			f, class := failureFor(err, s.cfg.Now())
-			if class == classFailed {
+			if st.class == classFailed {
 				s.log.Error("select account", "request", r.id, "err", err)
 			}
-			log.attempt(n, "", prev, class, "", actionTerminal, f.status, f.code(), err.Error(), s.cfg.Now(), 0)
-			answer(f, class)
+			if st.record {
+				log.attempt(t.n+1, "", t.prev, st.class, "", st.action, st.failure.status, st.failure.code(), err.Error(), now, 0)
+			}
+			answer(st.answer, st.answerClass)
 			return
 		}
 		acct := ch.target.Account.ID
-		if prev != "" && prev != acct && p.moveIsFailover() {
-			p.recovery = RecoveryFailover
+		if t.prev != "" && t.prev != acct && t.plan.moveIsFailover() {
+			t.plan.recovery = RecoveryFailover
 		}
+		p := t.plan
 		started := s.cfg.Now()
 		res := s.attempt(ctx, r, p, &ch, cl)
-		if res.facts.Status == http.StatusUnauthorized && !res.facts.Committed {
-			res.facts.Refreshed = s.refreshAfter401(ctx, ch.target, refreshed)
+		t.n++
+		e := ended{account: acct, facts: res.facts, sentFull: res.sentFull, gone: ctx.Err() != nil,
+			canRefresh: s.cfg.Tokens != nil && ch.target.Account.Kind == store.KindChatGPT}
+		st := t.decide(e)
+		if st.next == stepRefresh {
+			e.refresh = s.refreshToken(ctx, ch.target)
+			st = t.decide(e)
 		}
-		out := classify(res.facts)
-		if out.Class == classCancelled || out.Class == classClientStalled {
-			// The client went away: the attempt is recorded as closed by
-			// the client, whatever the upstream said after it left.
-			res.status = statusClientClosed
-		}
-		s.metrics.attempts.WithLabelValues(acct, string(out.Class), string(out.Action)).Inc()
-		log.attempt(n, acct, prev, out.Class, cmp.Or(out.Recovery, p.recovery), out.Action, res.status, res.code, res.detail, started, res.firstEvent)
-		log.served(acct, p.recovery, res)
-		s.penalise(context.WithoutCancel(ctx), acct, out.Penalty)
+		status, code := record(res.facts, st.failure)
+		s.metrics.attempts.WithLabelValues(acct, string(st.class), string(st.action)).Inc()
+		log.attempt(t.n, acct, t.prev, st.class, st.recovery, st.action, status, code, res.detail, started, res.firstEvent)
+		log.served(acct, p.recovery, res, status, code)
+		s.penalise(context.WithoutCancel(ctx), acct, st.penalty)
 		switch {
-		case unreachableSign(out.Class, res.facts):
+		case unreachableSign(st.class, res.facts):
 			s.unreachable.mark(acct, s.cfg.Now().Add(unreachableFor))
-		case out.Action == actionDone:
+		case st.next == stepDone:
 			s.unreachable.clear(acct)
 		}
-		prev = acct
-		switch out.Action {
-		case actionDone:
+		t.prev = acct
+		switch {
+		case st.next == stepDone:
 			log.done()
 			return
-		case actionTerminal:
-			if out.Class == classCiphertext && res.fail != nil {
-				next, step := cipher.next(p, acct, res.fail, res.facts.Status, res.facts.Committed, ctx.Err() != nil,
-					res.sentFull, r.fields.Conversation, s.cfg.MaxAttempts-n)
-				if step == stepNextAccount {
-					exclude[acct] = true
-					if first == nil {
-						// If no account accepts, the client gets the first rejection.
-						first, log.firstClass = cipher.first, classCiphertext
-					}
-				}
-				if step != stepTerminal {
-					p = next
-					continue
-				}
-				if cipher.first != nil {
-					res.fail = cipher.first // no account accepted: the client gets the first rejection
-				}
-			}
-			if res.fail != nil {
-				answer(res.fail, out.Class)
-			} else {
-				log.ended(res, out.Class)
-			}
+		case st.next == stepEnd && st.answer != nil:
+			answer(st.answer, st.answerClass)
 			return
-		case actionSame:
-			p = p.sameAccount(acct)
-		case actionNext:
-			if first == nil && res.fail != nil {
-				first, log.firstClass = res.fail, out.Class
-			}
-			exclude[acct] = true
-			p = p.afterAccountFailed(s.turnStateOwner(r), acct)
-		}
-		if ctx.Err() != nil {
-			log.ended(res, classCancelled)
-			return
-		}
-		if n >= s.cfg.MaxAttempts {
-			answer(cmp.Or(first, res.fail, failExhausted()), cmp.Or(log.firstClass, out.Class))
+		case st.next == stepEnd:
+			log.ended(st.answerClass)
 			return
 		}
 	}
@@ -148,18 +107,15 @@ func (s *Server) turnStateOwner(r *request) string {
 	return o.account
 }
 
-// refreshAfter401 refreshes a ChatGPT account's token after the upstream
-// answered 401 before any work, once per account and request, and reports
-// whether the same account may take the request again. A refresh that is
-// refused (the token source marks the account) or cannot be made now says
-// no: the request moves on.
-func (s *Server) refreshAfter401(ctx context.Context, t target, refreshed map[string]bool) bool {
-	if s.cfg.Tokens == nil || t.Account.Kind != store.KindChatGPT || refreshed[t.Account.ID] {
-		return false
+// refreshToken refreshes a ChatGPT account's token after the upstream
+// answered 401 before any work, as the decision step asked. A refresh
+// that is refused (the token source marks the account) or cannot be made
+// now is refreshRefused: the request moves on.
+func (s *Server) refreshToken(ctx context.Context, t target) refreshResult {
+	if _, err := s.cfg.Tokens.AfterUnauthorized(ctx, t.Account, t.Cred.AccessToken); err != nil {
+		return refreshRefused
 	}
-	refreshed[t.Account.ID] = true
-	_, err := s.cfg.Tokens.AfterUnauthorized(ctx, t.Account, t.Cred.AccessToken)
-	return err == nil
+	return refreshDone
 }
 
 // requestLog gathers one request's log row and attempt records, written
@@ -169,10 +125,12 @@ type requestLog struct {
 	r        *request
 	rec      store.RequestRecord
 	attempts []store.Attempt
-	// firstClass is the class of the first account failure (see attempts).
-	firstClass attemptClass
 	// last is the latest attempt: what it used is the request's use.
 	last *attemptResult
+	// status and code are the latest attempt's record (see record): the
+	// request's, when the client has its terminal event already.
+	status int
+	code   string
 }
 
 // attempt records one attempt (account "" for a request selection refused).
@@ -189,10 +147,11 @@ func (l *requestLog) attempt(seq int, account, from string, class attemptClass, 
 		StartedAt: started, EndedAt: l.s.cfg.Now(), FirstEvent: first})
 }
 
-// served notes the account that served the latest attempt.
-func (l *requestLog) served(account, recovery string, res attemptResult) {
+// served notes the account that served the latest attempt, and the
+// status and code its record shows.
+func (l *requestLog) served(account, recovery string, res attemptResult, status int, code string) {
 	l.rec.AccountID, l.rec.Recovery, l.rec.FirstEvent, l.rec.FirstOutput = account, recovery, res.firstEvent, res.firstOutput
-	l.last = &res
+	l.last, l.status, l.code = &res, status, code
 }
 
 // done notes a request answered in full.
@@ -256,12 +215,12 @@ func (l *requestLog) answered(f *failure, class attemptClass) {
 
 // ended notes a request whose client has its terminal event already (sent
 // within the stream), or went away.
-func (l *requestLog) ended(res attemptResult, class attemptClass) {
+func (l *requestLog) ended(class attemptClass) {
 	switch class {
 	case classCancelled, classClientStalled:
 		l.rec.Status, l.rec.ErrorCode = statusClientClosed, string(class)
 	default:
-		l.rec.Status, l.rec.ErrorCode = cmp.Or(res.status, http.StatusBadGateway), cmp.Or(res.code, string(class))
+		l.rec.Status, l.rec.ErrorCode = cmp.Or(l.status, http.StatusBadGateway), cmp.Or(l.code, string(class))
 	}
 }
 

@@ -174,11 +174,11 @@ func (s *Server) evidenceOf(r *request, p plan, rows []store.Binding, lane strin
 	return in
 }
 
-// chooseFor selects the account for p's next attempt through every way out
-// the rules allow: when an unavailable owner may be retired (seed 003),
-// without it; when the pool is exhausted, in the fallback group, except
-// for a compaction, which stays where its history can be read. It returns
-// the plan those rules made.
+// chooseFor selects the account for p's next attempt through the way out
+// selection's own rules allow: when an unavailable owner may be retired
+// (seed 003), without it. A compaction that finds no account says so
+// (compactionStuck). It returns the plan the retirement made. What follows
+// an exhausted pool (the fallback group) is the decision step's.
 func (s *Server) chooseFor(ctx context.Context, r *request, p plan, exclude map[string]bool, lane string) (choice, plan, error) {
 	ch, err := s.choose(ctx, r, p, exclude, lane)
 	if err == nil {
@@ -192,10 +192,6 @@ func (s *Server) chooseFor(ctx context.Context, r *request, p plan, exclude map[
 	}
 	if r.compaction != "" {
 		return ch, p, compactionStuck(err)
-	}
-	if next, ok := s.fallBack(p, ch, err); ok {
-		p = next
-		ch, err = s.choose(ctx, r, p, exclude, lane)
 	}
 	return ch, p, err
 }

@@ -109,8 +109,21 @@ type attemptEnd struct {
 	// nothing was sent, and the account answers fresh connections.
 	LaneGone bool
 	// Refreshed: the account's token was refreshed after this 401, so the
-	// same account may take the request again.
+	// same account may take the request again. Not an attempt's fact: the
+	// decision step sets it from the refresh it asked for (decide.go).
 	Refreshed bool
+	// Began: the upstream's answer had begun (an HTTP answer's headers
+	// came, or the request went over a lane): a break after it is an
+	// answer interrupted, before it an upstream that could not be reached.
+	Began bool
+	// Header holds the upstream answer's headers worth passing on with its
+	// failure (rate limits, request ids); Body is its HTTP error body as it
+	// came, and Event its terminal event as it came over a stream, not sent
+	// to the client. Nil when there was none: the failure is encoded from
+	// Status and Err (clientFailure).
+	Header http.Header
+	Body   []byte
+	Event  []byte
 }
 
 // classify decides, once, what an ended attempt means. Before any output

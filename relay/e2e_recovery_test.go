@@ -64,6 +64,11 @@ func (h *harness) pause(simID string) {
 
 func (h *harness) setUsed(simID string, pct float64) {
 	h.t.Helper()
+	// What the relay learnt from earlier answers is written first: it must
+	// not overwrite this.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(h.t, h.relay.SettleWrites(ctx))
 	require.NoError(h.t, h.store.UpdateUsage(context.Background(), h.ids[simID], store.Window{UsedPercent: pct, WindowMinutes: 300, ResetAt: time.Now().Add(time.Hour), Known: true}, store.Window{}))
 }
 

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"encoding/json"
-	"errors"
 
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/internal/wire"
@@ -29,22 +28,17 @@ func isFallback(a store.Account) bool {
 // the fallback group once it fell back, the pool otherwise.
 func (p plan) inGroup(a store.Account) bool { return isFallback(a) == p.fallback }
 
-// fallBack returns the plan in the fallback group after selection found the
-// pool exhausted (err is a noAccountError). It happens once per request,
-// and only when the fallback group has an account in the key's scope. With
-// a fallback model configured, the request asks for it.
-func (s *Server) fallBack(p plan, ch choice, err error) (plan, bool) {
-	var none *noAccountError
-	if p.fallback || !errors.As(err, &none) || !ch.fallbackInScope {
-		return p, false
-	}
+// fellBack is p in the fallback group, after selection found the pool
+// exhausted (see tries.noAccount): its recovery says so, and with a
+// fallback model it asks for that model.
+func (p plan) fellBack(model string) plan {
 	p.fallback, p.recovery = true, RecoveryFallback
-	if m := s.cfg.FallbackModel; m != "" {
-		if b, ok := setModel(p.body, m); ok {
-			p.body, p.model = b, m
+	if model != "" {
+		if b, ok := setModel(p.body, model); ok {
+			p.body, p.model = b, model
 		}
 	}
-	return p, true
+	return p
 }
 
 // setModel replaces the body's model.

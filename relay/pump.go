@@ -381,13 +381,12 @@ func (h *hangUp) end() {
 	h.cancel()
 }
 
-// pumpEnd is how one attempt's stream ended: the facts for classify, and
-// what the attempt needs to finish (the terminal event not yet sent, the
-// lane's health).
+// pumpEnd is how one attempt's stream ended: its facts (a failure the
+// client has not been sent among them, as its terminal event came), and
+// what the attempt needs to finish (the lane's health, the timings).
 type pumpEnd struct {
 	facts      attemptEnd
 	tr         tracker
-	final      []byte // the terminal event the client has not been sent (a failure before any output)
 	firstEvent time.Duration
 	// firstOutput is when the first output delta went to the client.
 	firstOutput time.Duration
@@ -451,7 +450,7 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 	// next request.
 	clientGone := func(err error) pumpEnd {
 		end.detail = "client: " + err.Error()
-		end.facts = attemptEnd{Now: s.cfg.Now(), Committed: committed, Cancelled: true, ClientStalled: errors.Is(err, os.ErrDeadlineExceeded)}
+		end.facts = attemptEnd{Now: s.cfg.Now(), Began: true, Committed: committed, Cancelled: true, ClientStalled: errors.Is(err, os.ErrDeadlineExceeded)}
 		end.broken = !settled && end.tr.terminal == "" && !s.finishUnheard(ctx, r, src, &end.tr, settle)
 		if !end.broken {
 			end.detail += " after the upstream's terminal event"
@@ -463,7 +462,7 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 		switch {
 		case errors.Is(err, errStall):
 			end.broken, end.detail = true, errStall.Error()
-			end.facts = attemptEnd{Now: s.cfg.Now(), Stalled: true, Transport: errStall, Committed: committed}
+			end.facts = attemptEnd{Now: s.cfg.Now(), Began: true, Stalled: true, Transport: errStall, Committed: committed}
 			return s.endBroken(r, end, cl, h, "the upstream sent nothing for "+s.cfg.StreamIdleTimeout.String())
 		case err != nil && ctx.Err() != nil:
 			return clientGone(ctx.Err())
@@ -474,7 +473,7 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 			} else {
 				end.detail = err.Error()
 			}
-			end.facts = attemptEnd{Now: s.cfg.Now(), StreamCut: true, Transport: err, Committed: committed}
+			end.facts = attemptEnd{Now: s.cfg.Now(), Began: true, StreamCut: true, Transport: err, Committed: committed}
 			end.tooLarge = isTooLarge(err)
 			return s.endBroken(r, end, cl, h, "the upstream connection ended without a terminal event")
 		}
@@ -485,12 +484,12 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 		if wire.IsTerminal(typ) && !completed {
 			// The upstream answered with an error of its own; the connection
 			// and its chain are still sound.
-			end.facts = attemptEnd{Now: s.cfg.Now(), Status: end.tr.failStatus, Err: end.tr.failure, Committed: committed}
+			end.facts = attemptEnd{Now: s.cfg.Now(), Began: true, Status: end.tr.failStatus, Err: end.tr.failure, Committed: committed}
 			if !committed {
 				// A failure before any work: nothing is sent yet, so the
 				// request may still recover (strip ciphertext, move) or pass
 				// the failure on; the held bookkeeping events are dropped.
-				end.final = bytes.Clone(data) // the source may reuse its buffer
+				end.facts.Event = bytes.Clone(data) // the source may reuse its buffer
 				return end
 			}
 			if err := send(typ, data); err != nil {
@@ -515,7 +514,7 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 			return clientGone(err)
 		}
 		if completed {
-			end.facts = attemptEnd{Now: s.cfg.Now(), Completed: true, Committed: true}
+			end.facts = attemptEnd{Now: s.cfg.Now(), Began: true, Completed: true, Committed: true}
 			return end
 		}
 	}

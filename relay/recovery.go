@@ -25,9 +25,9 @@ const maxMismatchSwitches = 3
 type ciphertextStep int
 
 const (
-	stepTerminal    ciphertextStep = iota // the client gets the failure
-	stepStripRetry                        // strip reasoning ciphertext, retry on the same account
-	stepNextAccount                       // mismatch: the unchanged request to another account
+	cipherAnswer      ciphertextStep = iota // the client gets the failure
+	cipherStripRetry                        // strip reasoning ciphertext, retry on the same account
+	cipherNextAccount                       // mismatch: the unchanged request to another account
 )
 
 // ciphertextCase is what the decision looks at.
@@ -53,15 +53,15 @@ type ciphertextCase struct {
 func decideCiphertext(c ciphertextCase) ciphertextStep {
 	switch {
 	case !c.RecoveryOn, c.Committed, c.Cancelled, c.Chained, c.BudgetLeft <= 0:
-		return stepTerminal
+		return cipherAnswer
 	case c.Status == 401 || c.Status == 402 || c.Status == 403 || c.Status == 407 || c.Status == 429:
-		return stepTerminal
+		return cipherAnswer
 	case c.Strippable && !c.StrippedSent:
-		return stepStripRetry
+		return cipherStripRetry
 	case c.Mismatches >= maxMismatchSwitches:
-		return stepTerminal
+		return cipherAnswer
 	}
-	return stepNextAccount
+	return cipherNextAccount
 }
 
 // strippedBody returns the request with reasoning ciphertext removed from its
@@ -76,56 +76,4 @@ func strippedBody(body []byte, input []json.RawMessage) ([]byte, []json.RawMessa
 		return nil, nil, false
 	}
 	return b, stripped, true
-}
-
-// ciphertextRecovery carries one request's recovery state across attempts.
-type ciphertextRecovery struct {
-	on bool
-	// orig is the unchanged request as it first went in full: what every
-	// mismatch switch hands on (nil until the first rejection).
-	orig       *plan
-	stripped   map[string]bool // accounts that got the stripped retry
-	mismatches int
-	// first is the first mismatch failure: what the client gets if no
-	// account accepts.
-	first *failure
-}
-
-func newCiphertextRecovery(on bool) *ciphertextRecovery {
-	return &ciphertextRecovery{on: on, stripped: map[string]bool{}}
-}
-
-// next decides what follows account's rejection of p's ciphertext and
-// returns the plan for it: the stripped body on the same account, or the
-// unchanged request for another account (which the caller excludes). ok is
-// false when the client gets the failure (the first mismatch failure when
-// there was one: see first). sentFull says the rejected attempt sent p in
-// full (a chain's history was in its body, so it can move).
-func (rc *ciphertextRecovery) next(p plan, account string, f *failure, status int, committed, cancelled, sentFull, conversation bool, budgetLeft int) (next plan, step ciphertextStep) {
-	full, known := p.full()
-	chained := !sentFull || !known || conversation
-	_, _, strippable := strippedBody(full.body, full.input)
-	step = decideCiphertext(ciphertextCase{RecoveryOn: rc.on, Committed: committed, Cancelled: cancelled, Status: status,
-		Chained: chained, Strippable: strippable, StrippedSent: rc.stripped[account], Mismatches: rc.mismatches, BudgetLeft: budgetLeft})
-	if step != stepTerminal && rc.orig == nil {
-		o := full
-		rc.orig = &o
-	}
-	switch step {
-	case stepStripRetry:
-		body, input, _ := strippedBody(full.body, full.input)
-		full.body, full.input = body, input
-		rc.stripped[account] = true
-		full.force, full.recovery = account, RecoveryReasoning
-		return full, step
-	case stepNextAccount:
-		if rc.first == nil {
-			rc.first = f
-		}
-		rc.mismatches++
-		o := *rc.orig
-		o.force, o.recovery = "", RecoveryMismatch
-		return o, step
-	}
-	return p, step
 }

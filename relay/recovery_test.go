@@ -17,20 +17,20 @@ func TestDecideCiphertext(t *testing.T) {
 		c    ciphertextCase
 		want ciphertextStep
 	}{
-		{"strippable: strip and retry the same account", base, stepStripRetry},
-		{"stripped retry rejected again: mismatch", with(func(c *ciphertextCase) { c.StrippedSent = true }), stepNextAccount},
-		{"nothing strippable (agent message body): mismatch at once", with(func(c *ciphertextCase) { c.Strippable = false }), stepNextAccount},
-		{"never: recovery switched off", with(func(c *ciphertextCase) { c.RecoveryOn = false }), stepTerminal},
-		{"never: output committed", with(func(c *ciphertextCase) { c.Committed = true }), stepTerminal},
-		{"never: cancelled", with(func(c *ciphertextCase) { c.Cancelled = true }), stepTerminal},
-		{"never: 401", with(func(c *ciphertextCase) { c.Status = 401 }), stepTerminal},
-		{"never: 402", with(func(c *ciphertextCase) { c.Status = 402 }), stepTerminal},
-		{"never: 403", with(func(c *ciphertextCase) { c.Status = 403 }), stepTerminal},
-		{"never: 407", with(func(c *ciphertextCase) { c.Status = 407 }), stepTerminal},
-		{"never: 429", with(func(c *ciphertextCase) { c.Status = 429 }), stepTerminal},
-		{"never: previous_response_id or conversation", with(func(c *ciphertextCase) { c.Chained = true }), stepTerminal},
-		{"cap: three mismatches made", with(func(c *ciphertextCase) { c.StrippedSent, c.Mismatches = true, 3 }), stepTerminal},
-		{"budget spent", with(func(c *ciphertextCase) { c.BudgetLeft = 0 }), stepTerminal},
+		{"strippable: strip and retry the same account", base, cipherStripRetry},
+		{"stripped retry rejected again: mismatch", with(func(c *ciphertextCase) { c.StrippedSent = true }), cipherNextAccount},
+		{"nothing strippable (agent message body): mismatch at once", with(func(c *ciphertextCase) { c.Strippable = false }), cipherNextAccount},
+		{"never: recovery switched off", with(func(c *ciphertextCase) { c.RecoveryOn = false }), cipherAnswer},
+		{"never: output committed", with(func(c *ciphertextCase) { c.Committed = true }), cipherAnswer},
+		{"never: cancelled", with(func(c *ciphertextCase) { c.Cancelled = true }), cipherAnswer},
+		{"never: 401", with(func(c *ciphertextCase) { c.Status = 401 }), cipherAnswer},
+		{"never: 402", with(func(c *ciphertextCase) { c.Status = 402 }), cipherAnswer},
+		{"never: 403", with(func(c *ciphertextCase) { c.Status = 403 }), cipherAnswer},
+		{"never: 407", with(func(c *ciphertextCase) { c.Status = 407 }), cipherAnswer},
+		{"never: 429", with(func(c *ciphertextCase) { c.Status = 429 }), cipherAnswer},
+		{"never: previous_response_id or conversation", with(func(c *ciphertextCase) { c.Chained = true }), cipherAnswer},
+		{"cap: three mismatches made", with(func(c *ciphertextCase) { c.StrippedSent, c.Mismatches = true, 3 }), cipherAnswer},
+		{"budget spent", with(func(c *ciphertextCase) { c.BudgetLeft = 0 }), cipherAnswer},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, decideCiphertext(tc.c)) })

@@ -33,6 +33,19 @@ type writeBehind[T any] struct {
 	closeBy  time.Time // guarded by mu: set by close: retries end then
 	done     sync.WaitGroup
 	closeNow chan struct{} // closed by close: a writer's pause ends
+	// idle are closed when writing next ends with nothing pending (see
+	// endWriting); guarded by mu. Nil unless someone waits for it.
+	idle []chan struct{}
+}
+
+// endWriting notes that writing is over, and tells those waiting for it.
+// Called with mu held.
+func (w *writeBehind[T]) endWriting() {
+	w.writing = false
+	for _, c := range w.idle {
+		close(c)
+	}
+	w.idle = nil
 }
 
 // add queues one item, and writes it when no write is under way.
@@ -61,7 +74,7 @@ func (w *writeBehind[T]) add(item T) {
 			}
 			w.mu.Lock()
 		}
-		w.writing = false
+		w.endWriting()
 		w.mu.Unlock()
 		return
 	}
@@ -92,7 +105,7 @@ func (w *writeBehind[T]) step() (retried, more bool) {
 	defer w.mu.Unlock()
 	w.pending = append(retry, w.pending...)
 	if len(w.pending) == 0 {
-		w.writing = false
+		w.endWriting()
 		return false, false
 	}
 	return len(retry) > 0, true
@@ -106,7 +119,8 @@ func (w *writeBehind[T]) run() {
 		w.mu.Lock()
 		if !w.closeBy.IsZero() && time.Now().After(w.closeBy) {
 			n := len(w.pending)
-			w.pending, w.writing = nil, false
+			w.pending = nil
+			w.endWriting()
 			w.mu.Unlock()
 			w.dropped(n)
 			return
@@ -127,26 +141,6 @@ func (w *writeBehind[T]) run() {
 		case <-t.C:
 		case <-closing:
 			t.Stop()
-		}
-	}
-}
-
-// flush waits until every item queued so far is written (or dropped), or
-// ctx ends.
-func (w *writeBehind[T]) flush(ctx context.Context) error {
-	for {
-		w.mu.Lock()
-		idle := !w.writing && len(w.pending) == 0
-		w.mu.Unlock()
-		if idle {
-			return nil
-		}
-		t := time.NewTimer(2 * time.Millisecond)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
 		}
 	}
 }

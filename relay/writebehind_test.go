@@ -310,3 +310,23 @@ func TestWriteEachSortsWhatToTryAgain(t *testing.T) {
 		})
 	}
 }
+
+// flush waits until every item queued so far is written (or dropped), or
+// ctx ends: until a write under way ends with nothing left pending.
+func (w *writeBehind[T]) flush(ctx context.Context) error {
+	for {
+		w.mu.Lock()
+		if !w.writing && len(w.pending) == 0 {
+			w.mu.Unlock()
+			return nil
+		}
+		idle := make(chan struct{})
+		w.idle = append(w.idle, idle)
+		w.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
