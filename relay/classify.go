@@ -73,8 +73,10 @@ type outcome struct {
 	Recovery string
 }
 
-// attemptEnd is everything known when an attempt ends: the facts classify
-// decides on. Attempts gather them; nothing decides on them but classify.
+// attemptEnd is everything known when an attempt ends. Attempts gather
+// the facts; nothing decides on them but the decision step (decide.go),
+// through classify, and the client's failure and the attempt's record are
+// built from them (clientFailure, record).
 type attemptEnd struct {
 	Now time.Time
 	// Status is the upstream HTTP status (or the status of a WebSocket error
@@ -126,7 +128,8 @@ type attemptEnd struct {
 	Event  []byte
 }
 
-// classify decides, once, what an ended attempt means. Before any output
+// classify names how an ended attempt ended, and what its class alone
+// calls for; decide (decide.go) folds in the request's state. Before any output
 // reached the client, account causes (limits, auth, billing, 5xx,
 // transport) move the same request to the next account and penalise the
 // account, and causes of the relay's own means (a retired connection, a

@@ -283,6 +283,35 @@ func TestForwardedKeylessRequestIsAdmitted(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "so is one with a forged hop")
 }
 
+// A keyed request a replica forwards to the lane's holder counts once in
+// its key's use: where it is served, not also where it arrived.
+func TestForwardedKeyedRequestCountsOnce(t *testing.T) {
+	dbURL, upstream, setup := replicaDatabase(t)
+	ctx := context.Background()
+	k, secret, err := setup.CreateClientKey(ctx, store.ClientKey{Name: "laptop"})
+	require.NoError(t, err)
+	a := startReplica(t, dbURL, "replica-a")
+	b := startReplica(t, dbURL, "replica-b")
+	require.Eventually(t, func() bool { return replicasSee(t, setup) == 2 }, 10*time.Second, 20*time.Millisecond, "both registered")
+	ident, err := relay.ParseIdentity(http.Header{"Session-Id": {sessionS}, "Thread-Id": {rootT}})
+	require.NoError(t, err)
+	lease, err := setup.LeaseLane(ctx, string(ident.Key), k.ID, b.relay.ReplicaID(), time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, b.relay.ReplicaID(), lease.ReplicaID, "replica b holds the thread")
+
+	viaA := &harness{t: t, sim: upstream, store: setup, relay: a.relay, srv: a.srv}
+	resp, body := viaA.post(sessionS, rootT, responseRequest("forwarded to b"), http.Header{"Authorization": {"Bearer " + secret}})
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, 1, b.relay.Bridge().Len(), "served on replica b")
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, a.relay.SettleWrites(wctx))
+	require.NoError(t, b.relay.SettleWrites(wctx))
+	counted, err := setup.ClientKey(ctx, k.ID)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, counted.RequestCount, "one request, counted once")
+}
+
 // Codex over WebSocket behind the same balancer: each connection stays on
 // the replica it reached (its lanes live there), and a resumed thread that
 // reaches the other replica goes on there, in full.

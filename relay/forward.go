@@ -181,7 +181,7 @@ func (b *silenceBody) Close() error {
 // reached, is left to the caller.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, req *request) bool {
 	rc := s.cfg.Replica
-	if req.sub != "" || s.cfg.DisableBridge || req.ident.Key == "" || s.cfg.Store == nil || len(rc.HopKey) == 0 || rc.Address == "" {
+	if req.sub != "" || s.cfg.DisableBridge || req.ident.Key == "" || len(rc.HopKey) == 0 || rc.Address == "" {
 		return false
 	}
 	now := s.cfg.Now()

@@ -40,7 +40,7 @@ func sseStream(n int) []byte {
 func BenchmarkForwardEvent(b *testing.B) {
 	const deltas = 1000
 	stream := sseStream(deltas)
-	s := New(Config{Store: nil})
+	s := New(Config{Store: testStore(b)})
 	r := &request{id: "req_bench", transport: "http"} // no thread key: nothing is bound or cached
 	ch := choice{target: target{Account: store.Account{ID: "acc_bench"}}}
 	ctx := context.Background()
@@ -66,7 +66,7 @@ func BenchmarkForwardEvent(b *testing.B) {
 func TestForwardingAllocatesNothingPerEvent(t *testing.T) {
 	const deltas = 2000
 	stream := sseStream(deltas)
-	s := New(Config{Store: nil})
+	s := New(Config{Store: testStore(t)})
 	r := &request{id: "req_allocs", transport: "http"}
 	ch := choice{target: target{Account: store.Account{ID: "acc_allocs"}}}
 	ctx := context.Background()

@@ -118,7 +118,7 @@ func TestClientGoneKeepsTheLaneOnlyWhenTheUpstreamHadFinished(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := New(Config{DisableBridge: true})
+			s := New(Config{Store: testStore(t), DisableBridge: true})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			src := &scriptedSource{events: tc.events, goneAt: tc.goneAt, cancel: cancel}
@@ -174,7 +174,7 @@ func TestHTTPUpstreamAnswerInFlightWhenTheClientGoesIsSettled(t *testing.T) {
 	}))
 	t.Cleanup(upstream.Close)
 
-	s := New(Config{DisableBridge: true})
+	s := New(Config{Store: testStore(t), DisableBridge: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The test's grace is long, so a loaded machine cannot miss it.

@@ -216,9 +216,6 @@ func (s *Server) Forget(reset []store.Binding) {
 		return
 	}
 	s.forgetLocal(threads)
-	if s.cfg.Store == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.cfg.Store.Announce(ctx, store.Announcement{From: s.cfg.Replica.ID, Kind: store.AnnounceForget, Threads: threads}); err != nil {

@@ -11,8 +11,12 @@ import (
 )
 
 // request is one client request on the Responses routes, as admitted: who
-// sent it, who it says it is, and its body. It does not change once
-// admitted; what each attempt sends, and where, is a plan (plan.go).
+// sent it, who it says it is, and its body. What the client sent is fixed
+// once admitted; what each attempt sends, and where, is a plan (plan.go),
+// and the request's memory across attempts is its tries (decide.go). Its
+// bookkeeping fields (hopFrom, reserved, bindingsAhead) are set, and
+// bindingsAhead taken, by the request's own goroutine, each as its comment
+// says: a request is never shared between goroutines.
 type request struct {
 	id        string
 	start     time.Time

@@ -48,8 +48,9 @@ func (s *Server) serveAdmitted(w http.ResponseWriter, r *http.Request, sub strin
 	req := s.newRequest("http", r.URL.Path, sub, cl, ident, header, received, pol, strings.TrimSpace(r.Header.Get(wire.HeaderTurnState)))
 	req.hopFrom = hopFrom
 	if s.forward(w, r, req) {
-		return // served by the replica holding the thread's lane
+		return // served by the replica holding the thread's lane, and counted there
 	}
+	s.countUse(cl)
 	sc := s.newSSEClient(w)
 	sc.r = req
 	defer sc.done()

@@ -19,6 +19,8 @@ import (
 
 // Config is what the relay needs, built by cmd.
 type Config struct {
+	// Store is the relay's durable state: accounts, keys, bindings, the
+	// request log. Required: New panics without one.
 	Store    *store.Store
 	Upstream *Upstream
 	Logger   *slog.Logger
@@ -107,7 +109,7 @@ type Server struct {
 	unreachable accountMarks
 	// sessions are the live client WebSocket sessions; Close ends them
 	// (their connections are hijacked, so http.Server.Shutdown does not).
-	sessions sync.WaitGroup
+	sessions sessionCount
 	// closing is cancelled by Close; static after New.
 	closing context.Context
 	close   context.CancelFunc
@@ -141,6 +143,9 @@ type Server struct {
 
 // New builds the relay server.
 func New(cfg Config) *Server {
+	if cfg.Store == nil {
+		panic("relay.New: Config.Store is required")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -225,9 +230,9 @@ func (s *Server) Bridge() *bridge.Pool { return s.pool }
 // and reconnect elsewhere) and waits for them, their lanes included. HTTP
 // requests are left to http.Server.Shutdown.
 func (s *Server) Close() {
-	s.drain()
+	s.Drain()
 	s.close()
-	s.sessions.Wait()
+	s.sessions.wait(context.Background())
 	// The writers give up together: a database that is away costs one
 	// grace, not one each.
 	var writers sync.WaitGroup
@@ -245,20 +250,77 @@ func (s *Server) Close() {
 // restart; Codex reconnects, to another replica) as soon as it has no turn
 // under way: a turn already streaming finishes first. HTTP requests are the
 // HTTP server's to drain (Shutdown). Safe to call more than once.
-func (s *Server) Drain() { s.drain() }
+func (s *Server) Drain() {
+	s.sessions.stop()
+	s.drain()
+}
 
 // Draining reports whether Drain (or Close) was called.
 func (s *Server) Draining() bool { return s.draining.Err() != nil }
 
 // WaitSessions waits until every WebSocket session has ended, or ctx does.
-func (s *Server) WaitSessions(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { s.sessions.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+func (s *Server) WaitSessions(ctx context.Context) error { return s.sessions.wait(ctx) }
+
+// sessionCount counts the live client WebSocket sessions. Unlike a
+// sync.WaitGroup, a session may start while another goroutine waits for
+// them to end (the WaitGroup forbids an Add from zero then), a wait ends
+// with its context without leaving a goroutine behind, and once stopped
+// (Drain) no session starts. Safe for concurrent use.
+type sessionCount struct {
+	mu      sync.Mutex
+	n       int           // live sessions; guarded by mu
+	stopped bool          // no session starts any more; guarded by mu
+	none    chan struct{} // closed when n falls to zero; guarded by mu (nil while n is zero)
+}
+
+// start counts a new session, unless the count was stopped: then it
+// reports false, and the session must not start.
+func (c *sessionCount) start() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return false
+	}
+	if c.n == 0 {
+		c.none = make(chan struct{})
+	}
+	c.n++
+	return true
+}
+
+// end counts a session's end.
+func (c *sessionCount) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n--
+	if c.n == 0 {
+		close(c.none)
+		c.none = nil
+	}
+}
+
+// stop refuses every later start.
+func (c *sessionCount) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+}
+
+// wait waits until no session is live, or ctx ends. A session started
+// meanwhile is waited for too.
+func (c *sessionCount) wait(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		none := c.none
+		c.mu.Unlock()
+		if none == nil {
+			return nil
+		}
+		select {
+		case <-none:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -291,11 +353,9 @@ func (s *Server) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); s.pool.Run(ctx) }()
-	if s.cfg.Store != nil {
-		wg.Add(2)
-		go func() { defer wg.Done(); s.heartbeat(ctx) }()
-		go func() { defer wg.Done(); s.listen(ctx) }()
-	}
+	wg.Add(2)
+	go func() { defer wg.Done(); s.heartbeat(ctx) }()
+	go func() { defer wg.Done(); s.listen(ctx) }()
 	defer wg.Wait()
 	s.housekeep(ctx) // at once too: a restart prunes what piled up meanwhile
 	t := time.NewTicker(time.Minute)
@@ -314,9 +374,6 @@ func (s *Server) Run(ctx context.Context) {
 // request records past their retention and stale lane leases.
 func (s *Server) housekeep(ctx context.Context) {
 	s.conts.Sweep()
-	if s.cfg.Store == nil {
-		return
-	}
 	if _, err := s.cfg.Store.DeleteExpiredBindings(ctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("delete expired bindings", "err", err)
 	}

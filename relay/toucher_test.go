@@ -26,7 +26,7 @@ func TestActiveThreadIsTouchedByItsEvents(t *testing.T) {
 	t.Parallel()
 	clk := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	conts := continuity.New(continuity.Options{IdleTTL: time.Hour, Now: clk.Now})
-	s := New(Config{Now: clk.Now, Continuity: conts, DisableBridge: true})
+	s := New(Config{Store: testStore(t), Now: clk.Now, Continuity: conts, DisableBridge: true})
 	active := &request{ident: Identity{Key: "v1:st:active"}}
 	quiet := &request{ident: Identity{Key: "v1:st:quiet"}}
 	for _, c := range []*request{active, quiet} {

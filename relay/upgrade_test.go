@@ -138,7 +138,7 @@ func TestDirectLaneRefusalClosesItsConnection(t *testing.T) {
 		_, err := c.Read(make([]byte, 1))
 		closed <- err
 	})
-	s := New(Config{Upstream: NewUpstreamWith(UpstreamOptions{})})
+	s := New(Config{Store: testStore(t), Upstream: NewUpstreamWith(UpstreamOptions{})})
 	_, err := s.openLane(context.Background(), directTarget(addr), http.Header{})
 	var de *dialStatusError
 	require.ErrorAs(t, err, &de)

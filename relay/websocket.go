@@ -62,16 +62,14 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.sessions.Add(1)
-	if s.Draining() {
-		s.sessions.Done()
+	if !s.sessions.start() {
 		writeError(w, http.StatusServiceUnavailable, apiError{Type: wire.TypeServerError, Code: "shutting_down", Message: "the relay is shutting down"})
 		return
 	}
 	c := s.cfg.ClientCompression
 	conn, err := websocket.Accept(smallHijack{w}, r, &websocket.AcceptOptions{CompressionMode: c.websocketMode(), CompressionThreshold: c.threshold()})
 	if err != nil {
-		s.sessions.Done()
+		s.sessions.end()
 		return // Accept has answered the client
 	}
 	ws := &wsSession{s: s, conn: conn, id: store.NewID("ws", s.cfg.Now()), client: cl, ident: ident,
@@ -90,7 +88,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 // ended the connection of a handler that panicked.
 func (ws *wsSession) serveSession(ctx context.Context) {
 	s, conn := ws.s, ws.conn
-	defer s.sessions.Done()
+	defer s.sessions.end()
 	defer conn.CloseNow()
 	defer func() {
 		if v := recover(); v != nil {
