@@ -280,6 +280,9 @@ func (s *Server) patchAccount(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// Everything is checked before anything is written, and written in one
+	// update: a PATCH applies whole or not at all.
+	p := store.AccountPatch{Tags: f.Tags, Priority: f.Priority, MaxConcurrency: f.MaxConcurrency}
 	if f.APIKey != nil || f.AccessToken != nil || f.RefreshToken != nil || f.IDToken != nil {
 		cred, err := s.cfg.Store.Credentials(ctx, id)
 		if err != nil {
@@ -307,11 +310,8 @@ func (s *Server) patchAccount(c echo.Context) error {
 			}
 			cred.APIKey = str(f.APIKey)
 		}
-		if err := s.cfg.Store.SetCredentials(ctx, id, cred, current.AccessExpiresAt); err != nil {
-			return err
-		}
+		p.Credentials = &cred
 	}
-	p := store.AccountPatch{Tags: f.Tags, Priority: f.Priority, MaxConcurrency: f.MaxConcurrency}
 	if f.ProxyURL != nil {
 		proxy, err := f.proxy()
 		if err != nil {

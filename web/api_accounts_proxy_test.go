@@ -115,3 +115,47 @@ func TestConsoleAccountProxy(t *testing.T) {
 	assert.Contains(t, page, "via socks5://bob:***@10.0.0.5:1080")
 	assert.NotContains(t, page, proxyPassword)
 }
+
+// A PATCH applies whole or not at all: a credential given beside a field
+// that is refused is not written either (it was committed before the last
+// check, in a transaction of its own).
+func TestAccountPatchAppliesWholeOrNothing(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		srv := newTestServer(t, s)
+		code, acc, raw := call(t, srv, http.MethodPost, "/api/v1/accounts", testAdminToken, map[string]any{"kind": "openai", "api_key": "sk-old", "label": "before"})
+		require.Equal(t, http.StatusCreated, code, raw)
+		id := acc["id"].(string)
+		code, _, raw = call(t, srv, http.MethodPatch, "/api/v1/accounts/"+id, testAdminToken,
+			map[string]any{"api_key": "sk-new", "label": "after", "proxy_url": "ftp://127.0.0.1:21"})
+		require.Equal(t, http.StatusBadRequest, code, raw)
+		cred, err := s.Credentials(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, "sk-old", cred.APIKey, "the key is not changed by a refused PATCH")
+		stored, err := s.Account(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, "before", stored.Label)
+
+		code, acc, raw = call(t, srv, http.MethodPost, "/api/v1/accounts", testAdminToken, map[string]any{
+			"kind": "chatgpt", "access_token": "at-old", "refresh_token": "rt-old", "account_id": "acct-1"})
+		require.Equal(t, http.StatusCreated, code, raw)
+		id = acc["id"].(string)
+		code, _, raw = call(t, srv, http.MethodPatch, "/api/v1/accounts/"+id, testAdminToken,
+			map[string]any{"access_token": "at-new", "account_id": " "})
+		require.Equal(t, http.StatusBadRequest, code, raw)
+		cred, err = s.Credentials(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, "at-old", cred.AccessToken, "the token is not changed by a refused PATCH")
+
+		code, _, raw = call(t, srv, http.MethodPatch, "/api/v1/accounts/"+id, testAdminToken,
+			map[string]any{"access_token": "at-new", "label": "renewed"})
+		require.Equal(t, http.StatusOK, code, raw)
+		cred, err = s.Credentials(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, "at-new", cred.AccessToken)
+		assert.Equal(t, "rt-old", cred.RefreshToken, "what the PATCH does not name is kept")
+		stored, err = s.Account(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, "renewed", stored.Label)
+	})
+}

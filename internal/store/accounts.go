@@ -283,9 +283,13 @@ type AccountPatch struct {
 	MaxConcurrency   *int
 	// Proxy replaces the account's proxy; a zero Proxy removes it.
 	Proxy *Proxy
+	// Credentials replaces the account's credentials (sealed, as
+	// SetCredentials seals them; the access token's expiry is kept).
+	Credentials *Credentials
 }
 
-// UpdateAccount applies p to the account and returns it as stored.
+// UpdateAccount applies p to the account, in one statement (all of it or
+// nothing), and returns it as stored.
 func (s *Store) UpdateAccount(ctx context.Context, id string, p AccountPatch) (Account, error) {
 	defer s.accountsChanged(ctx)
 	var sets []string
@@ -325,6 +329,13 @@ func (s *Store) UpdateAccount(ctx context.Context, id string, p AccountPatch) (A
 		}
 		add("proxy_url", sealed)
 		add("proxy_display", display)
+	}
+	if p.Credentials != nil {
+		sealed, err := s.sealCredentials(id, *p.Credentials)
+		if err != nil {
+			return Account{}, fmt.Errorf("update account: %w", err)
+		}
+		add("credentials", sealed)
 	}
 	add("updated_at", s.now().UnixMilli())
 	args = append(args, id)
