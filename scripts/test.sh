@@ -82,6 +82,13 @@ fi
 # Missing Codex, PostgreSQL or Chromium fails the tests instead of skipping them.
 export CODEX_RELAY_REQUIRE_E2E=1
 
+log "go mod tidy is current"
+if ! tidy=$(go mod tidy -diff 2>&1); then
+  echo "go.mod or go.sum is not tidy: run 'go mod tidy' and commit the result" >&2
+  printf '%s\n' "$tidy" | head -n 40 >&2
+  exit 1
+fi
+
 log "go vet"
 go vet ./...
 log "gofmt"
