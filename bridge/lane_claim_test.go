@@ -71,7 +71,7 @@ func firstOf(t *testing.T, first <-chan *Event) (*Event, bool) {
 	select {
 	case m, ok := <-first:
 		return m, ok
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the claim was never answered")
 		return nil, false
 	}
@@ -85,7 +85,7 @@ func TestLaneClaimHandsOverTheRequestsMessages(t *testing.T) {
 	l, u := scriptedLane(t)
 	for turn := range 2 {
 		u.out <- `stray` // arrives while no request waits: before this turn, or the last one's tail
-		require.Eventually(t, func() bool { return l.dropped.Load() == int64(turn+1) }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return l.dropped.Load() == int64(turn+1) }, time.Minute, time.Millisecond)
 
 		first := l.Claim()
 		require.NoError(t, l.Send(context.Background(), []byte(`request`)))
@@ -140,7 +140,7 @@ func TestLaneEndsForWhoeverReadsIt(t *testing.T) {
 	t.Run("between requests", func(t *testing.T) {
 		l, u := scriptedLane(t)
 		u.out <- "close"
-		require.Eventually(t, func() bool { return !l.Alive() }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return !l.Alive() }, time.Minute, time.Millisecond)
 		require.Error(t, l.Err())
 		_, ok := firstOf(t, l.Claim())
 		assert.False(t, ok, "a claim on an ended lane ends")
@@ -184,7 +184,7 @@ func TestLaneEndsForWhoeverReadsIt(t *testing.T) {
 		select {
 		case err := <-done:
 			require.Error(t, err)
-		case <-time.After(10 * time.Second):
+		case <-time.After(time.Minute):
 			t.Fatal("Interrupt did not end the read")
 		}
 		assert.False(t, l.Alive())

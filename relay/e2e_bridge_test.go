@@ -199,8 +199,8 @@ func TestBridgeUnderLoadLeavesNothingBehind(t *testing.T) {
 		require.Equal(t, sim.TransportWS, r.Transport, "precondition: every request went over a lane")
 	}
 
-	require.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, 10*time.Second, 50*time.Millisecond, "idle lanes closed after their deadline")
-	require.Eventually(t, func() bool { return laneReaders() == 0 }, 10*time.Second, 50*time.Millisecond, "no lane goroutine remains")
+	require.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, time.Minute, 50*time.Millisecond, "idle lanes closed after their deadline")
+	require.Eventually(t, func() bool { return laneReaders() == 0 }, time.Minute, 50*time.Millisecond, "no lane goroutine remains")
 	time.Sleep(400 * time.Millisecond)
 	conts.Sweep()
 	entries, bytes := conts.Len()
@@ -275,7 +275,7 @@ func TestBridgeKeepsWaitingClientsAlive(t *testing.T) {
 		_, body := h.post(sessionS, rootT, responseRequest("slow [[sim:delay 800ms]]"), nil)
 		slow <- body
 	}()
-	require.Eventually(t, func() bool { return h.relay.Bridge().Len() == 1 }, 5*time.Second, 10*time.Millisecond, "the slow request holds the only lane")
+	require.Eventually(t, func() bool { return h.relay.Bridge().Len() == 1 }, time.Minute, 10*time.Millisecond, "the slow request holds the only lane")
 	resp, body := h.post(sessionS, childT, responseRequest("waiting"), nil)
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Contains(t, body, ": keep-alive", "comments kept the connection alive while waiting")

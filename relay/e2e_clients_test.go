@@ -60,7 +60,7 @@ func (h *harness) waitRequest(thread string) store.RequestRecord {
 		}
 		got = rows[0]
 		return true
-	}, 20*time.Second, 20*time.Millisecond, "the request of thread %s was logged", thread)
+	}, time.Minute, 20*time.Millisecond, "the request of thread %s was logged", thread)
 	return got
 }
 
@@ -119,7 +119,7 @@ func TestClientThatStopsReadingIsLetGo(t *testing.T) {
 			require.Len(t, atts, 1, "nothing was retried")
 			assert.Equal(t, "client_stalled", atts[0].Class)
 			assert.Equal(t, 0, h.relay.InFlight(h.ids["a1"]), "the account's slot is free")
-			assert.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, 5*time.Second, 10*time.Millisecond,
+			assert.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, time.Minute, 10*time.Millisecond,
 				"the lane, mid-answer, was closed")
 		})
 	}
@@ -183,7 +183,7 @@ func TestClientThatHangsUpIsACancellation(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	require.Eventually(t, func() bool { return len(h.responseRecords(rootT)) == 1 }, 10*time.Second, 10*time.Millisecond, "the request went upstream")
+	require.Eventually(t, func() bool { return len(h.responseRecords(rootT)) == 1 }, time.Minute, 10*time.Millisecond, "the request went upstream")
 	cancel()
 	<-done
 	rec := h.waitRequest(rootT)
@@ -249,7 +249,7 @@ func TestWebSocketKeepsReadingWhileAResponseStreams(t *testing.T) {
 			}
 		}
 	}()
-	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	pctx, pcancel := context.WithTimeout(ctx, time.Minute)
 	defer pcancel()
 	require.NoError(t, c.conn.Ping(pctx), "the relay answers pings while a response streams")
 	n := <-got
@@ -278,7 +278,7 @@ func TestAFrameSentBehindTheHandshakeIsServed(t *testing.T) {
 		return &pipelining{Conn: c, frame: maskedTextFrame(payload)}, nil
 	}
 	hdr := http.Header{"Thread-Id": {rootT}, "Session-Id": {sessionS}, "Openai-Beta": {"responses_websockets=2026-02-06"}}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	url := "ws" + strings.TrimPrefix(h.codexBaseURL(), "http") + "/responses"
 	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: hdr,
@@ -305,7 +305,7 @@ func TestAWebSocketSessionOutlivesItsHandler(t *testing.T) {
 		returned <- struct{}{}
 	}))
 	t.Cleanup(ts.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hdr := http.Header{"Thread-Id": {rootT}, "Session-Id": {sessionS}, "Openai-Beta": {"responses_websockets=2026-02-06"}}
 	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+"/backend-api/codex/responses", &websocket.DialOptions{HTTPHeader: hdr})
@@ -418,7 +418,7 @@ func uniq(xs []string) []string {
 func TestOneLaneCapPerAccount(t *testing.T) {
 	t.Parallel()
 	h := newHarnessWith(t, func(_ *harness, c *relay.Config) {
-		c.Bridge = bridge.PoolConfig{MaxLanesPerAccount: 2, WaitTimeout: 2 * time.Second}
+		c.Bridge = bridge.PoolConfig{MaxLanesPerAccount: 2, WaitTimeout: time.Minute}
 	}, simAccount("a1", "org-a"))
 	var clients []*wsClient
 	for i := range 5 {

@@ -26,12 +26,12 @@ func TestDrainLetsWebSocketTurnsFinish(t *testing.T) {
 
 	done := make(chan []map[string]any, 1)
 	go func() { done <- busy.turn(responseRequest("a slow turn [[sim:delay 1s]]")) }()
-	require.Eventually(t, func() bool { return len(h.responseRecords(rootT)) == 1 }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return len(h.responseRecords(rootT)) == 1 }, time.Minute, 5*time.Millisecond,
 		"the slow turn reached the upstream")
 	h.relay.Drain()
 	assert.True(t, h.relay.Draining())
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, _, err := idle.conn.Read(ctx)
 	assert.Equal(t, websocket.StatusServiceRestart, websocket.CloseStatus(err), "the idle session ends at once: %v", err)

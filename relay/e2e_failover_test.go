@@ -137,10 +137,10 @@ func TestInFlightCountsARequestWhileItRuns(t *testing.T) {
 				}
 			}()
 			a1 := h.ids["a1"]
-			require.Eventually(t, func() bool { return h.relay.InFlight(a1) == 1 }, 10*time.Second, 10*time.Millisecond, "in flight while stalled")
+			require.Eventually(t, func() bool { return h.relay.InFlight(a1) == 1 }, time.Minute, 10*time.Millisecond, "in flight while stalled")
 			cancel()
 			<-done
-			require.Eventually(t, func() bool { return h.relay.InFlight(a1) == 0 }, 10*time.Second, 10*time.Millisecond, "and no more once it ended")
+			require.Eventually(t, func() bool { return h.relay.InFlight(a1) == 0 }, time.Minute, 10*time.Millisecond, "and no more once it ended")
 		})
 	}
 }

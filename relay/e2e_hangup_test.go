@@ -124,12 +124,12 @@ func TestClientThatHangsUpOnceItHasItsAnswer(t *testing.T) {
 				require.Len(t, recs, 1, "the upstream got the request once")
 				first = recs[0]
 				return first.Done
-			}, 10*time.Second, 10*time.Millisecond)
+			}, time.Minute, 10*time.Millisecond)
 			assert.Equal(t, sim.OutcomeGone, first.Outcome, "the upstream's request was cancelled: it saw its client go")
 			assert.NotContains(t, first.EventTypes, "response.completed")
 			owner := first.Account
 			h.requireUnpenalised(owner)
-			assert.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, 10*time.Second, 10*time.Millisecond,
+			assert.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, time.Minute, 10*time.Millisecond,
 				"the lane, mid-answer, was closed")
 
 			// The thread's next request: the same account, a fresh lane.
@@ -164,7 +164,7 @@ func TestClientThatHangsUpOnceItHasItsAnswer(t *testing.T) {
 			h.requireUnpenalised(recs[0].Account)
 			if transport == "ws" {
 				// The connection's own lane ends with it.
-				assert.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, 10*time.Second, 10*time.Millisecond)
+				assert.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, time.Minute, 10*time.Millisecond)
 				return
 			}
 			resp, body := h.post(sessionS, thread, responseRequest("again"), nil)
@@ -260,7 +260,7 @@ func TestCodexHangingUpIsNoFailure(t *testing.T) {
 			require.Eventually(t, func() bool {
 				rows, _, err = h.store.Requests(context.Background(), store.RequestFilter{ThreadID: res.ThreadID})
 				return err == nil && len(rows) == len(upstream)
-			}, 10*time.Second, 10*time.Millisecond, "every request Codex made is logged")
+			}, time.Minute, 10*time.Millisecond, "every request Codex made is logged")
 			for _, r := range rows {
 				assert.Equal(t, http.StatusOK, r.Status, "request %s", r.ID)
 				assert.Empty(t, r.ErrorCode, "request %s", r.ID)
@@ -275,7 +275,7 @@ func TestCodexHangingUpIsNoFailure(t *testing.T) {
 			h.requireUnpenalised("a1")
 			if ws {
 				// The session's end is logged before its lane goes.
-				require.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, 10*time.Second, 10*time.Millisecond,
+				require.Eventually(t, func() bool { return h.relay.Bridge().Len() == 0 }, time.Minute, 10*time.Millisecond,
 					"Codex's connection ended, and its lane with it")
 			}
 			assert.NotContains(t, logs.String(), "level=WARN")

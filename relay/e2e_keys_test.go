@@ -35,7 +35,7 @@ func TestKeyIsCheckedOnEveryWebSocketTurn(t *testing.T) {
 	assert.Eventually(t, func() bool {
 		counted, err := h.store.ClientKey(ctx, k.ID)
 		return err == nil && counted.RequestCount == 3
-	}, 5*time.Second, 10*time.Millisecond, "the handshake and each turn count")
+	}, time.Minute, 10*time.Millisecond, "the handshake and each turn count")
 
 	before := len(h.responseRecords(rootT))
 	_, err = h.store.RevokeClientKey(ctx, k.ID)
@@ -46,7 +46,7 @@ func TestKeyIsCheckedOnEveryWebSocketTurn(t *testing.T) {
 	assert.EqualValues(t, 401, ev["status"])
 	assert.Equal(t, "invalid_api_key", ev["error"].(map[string]any)["code"])
 	assert.Len(t, h.responseRecords(rootT), before, "nothing went upstream")
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	_, _, err = c.conn.Read(rctx)
 	assert.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "the socket closes: %v", err)
@@ -66,7 +66,7 @@ func TestExpiredKeyStopsAnOpenWebSocket(t *testing.T) {
 	clk.Add(2 * time.Hour)
 	events := c.turn(responseRequest("later"))
 	assert.Equal(t, "error", events[len(events)-1]["type"])
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	_, _, err = c.conn.Read(rctx)
 	assert.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err))
@@ -93,7 +93,7 @@ func TestKeylessModeEndsForGood(t *testing.T) {
 	b, _ := json.Marshal(responseRequest("hi"))
 	code, _, body := h.raw("POST", "/backend-api/codex/responses", http.Header{"Content-Type": {"application/json"}}, b)
 	assert.Equal(t, http.StatusUnauthorized, code, body)
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	_, resp, err := websocket.Dial(dctx, "ws"+h.srv.URL[len("http"):]+"/backend-api/codex/responses", nil)
 	require.Error(t, err)
@@ -148,7 +148,7 @@ func TestKeylessRefusesWebPages(t *testing.T) {
 	// The WebSocket handshake too. A page whose host name resolves to this
 	// machine (DNS rebinding) sends an Origin that matches its Host, which
 	// passes the WebSocket library's own origin check; the relay refuses it.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, network, strings.TrimPrefix(h.srv.URL, "http://"))

@@ -163,7 +163,7 @@ func TestLanesRetireBeforeTheUpstreamConnectionLimit(t *testing.T) {
 			require.Eventually(t, func() bool {
 				atts, _, err = h.store.Attempts(context.Background(), storeFilterThread(thread))
 				return err == nil && len(atts) == len(recs)
-			}, 10*time.Second, 10*time.Millisecond, "one attempt per turn, each logged")
+			}, time.Minute, 10*time.Millisecond, "one attempt per turn, each logged")
 			for _, a := range atts {
 				assert.Equal(t, "ok", a.Class, "%s", a.Detail)
 			}
@@ -213,7 +213,7 @@ func TestConnectionLimitBeforeAnyWorkTakesAFreshLane(t *testing.T) {
 			require.Eventually(t, func() bool {
 				rows, _, err = h.store.Requests(context.Background(), store.RequestFilter{ThreadID: thread})
 				return err == nil && len(rows) == 2
-			}, 10*time.Second, 10*time.Millisecond, "both turns were logged")
+			}, time.Minute, 10*time.Millisecond, "both turns were logged")
 			for _, row := range rows {
 				assert.Equal(t, http.StatusOK, row.Status, "the client saw success")
 			}
@@ -286,7 +286,7 @@ func TestLaneEndedBeforeTheRequestWentTakesAFreshLane(t *testing.T) {
 				var err error
 				atts, _, err = h.store.Attempts(context.Background(), store.AttemptFilter{ThreadID: thread})
 				return err == nil && len(atts) == 3
-			}, 10*time.Second, 10*time.Millisecond, "both turns were logged")
+			}, time.Minute, 10*time.Millisecond, "both turns were logged")
 			sort.Slice(atts, func(i, j int) bool { return atts[i].StartedAt.Before(atts[j].StartedAt) || atts[i].Seq < atts[j].Seq })
 			ended := atts[1]
 			assert.Equal(t, "connection_limit", ended.Class, "detail: %s", ended.Detail)

@@ -544,7 +544,7 @@ func TestChatUnderTheRelaysRules(t *testing.T) {
 		rows, _, err = h.store.Requests(ctx, store.RequestFilter{ThreadID: "alice"})
 		require.NoError(t, err)
 		return len(rows) == 2
-	}, 10*time.Second, 20*time.Millisecond)
+	}, time.Minute, 20*time.Millisecond)
 	for _, row := range rows {
 		assert.Equal(t, k.ID, row.ClientKeyID)
 		assert.Equal(t, "/v1/chat/completions", row.Path)
@@ -572,7 +572,7 @@ func TestChatIdentity(t *testing.T) {
 		rows, _, err = h.store.Requests(ctx, store.RequestFilter{})
 		require.NoError(t, err)
 		return len(rows) == 4
-	}, 10*time.Second, 20*time.Millisecond)
+	}, time.Minute, 20*time.Millisecond)
 	byThread := map[string]store.RequestRecord{}
 	for _, r := range rows {
 		byThread[r.ThreadID] = r

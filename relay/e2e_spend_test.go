@@ -92,7 +92,7 @@ func TestKeyTokenBudgetAdmitsOneTurn(t *testing.T) {
 	require.Len(t, recs, 1, "nothing refused went upstream")
 	require.NotNil(t, recs[0].Usage)
 	var rows []store.RequestRecord
-	require.Eventually(t, func() bool { rows = requestRows(t, h.store, k.ID); return len(rows) == 3 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { rows = requestRows(t, h.store, k.ID); return len(rows) == 3 }, time.Minute, 10*time.Millisecond)
 	u := recs[0].Usage
 	var first store.RequestRecord
 	for _, r := range rows {
@@ -155,7 +155,7 @@ func TestConcurrentLimitAndPrewarm(t *testing.T) {
 	// the same key is refused.
 	done := make(chan []map[string]any, 1)
 	go func() { done <- c.turn(spendRequest("slow turn [[sim:delay 1500ms]]")) }()
-	require.Eventually(t, func() bool { return len(h.responseRecords("")) >= 2 }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return len(h.responseRecords("")) >= 2 }, time.Minute, 5*time.Millisecond,
 		"the prewarm and the slow turn reached the upstream")
 	resp, body := h.post(sessionS, childT, spendRequest("at the same time"), bearer(secret))
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
@@ -170,7 +170,7 @@ func TestConcurrentLimitAndPrewarm(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
 	assert.Equal(t, "requests/minute", resp.Header.Get(relay.HeaderLimit))
 	var charged int
-	require.Eventually(t, func() bool { return len(requestRows(t, h.store, k.ID)) == 5 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(requestRows(t, h.store, k.ID)) == 5 }, time.Minute, 10*time.Millisecond)
 	for _, r := range requestRows(t, h.store, k.ID) {
 		if r.Charged {
 			charged++
@@ -229,7 +229,7 @@ func TestSettledUsageIsExactUnderConcurrencyAndFailover(t *testing.T) {
 			}
 			require.Positive(t, completed)
 			var rows []store.RequestRecord
-			require.Eventually(t, func() bool { rows = requestRows(t, h.store, k.ID); return len(rows) == n }, 10*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { rows = requestRows(t, h.store, k.ID); return len(rows) == n }, time.Minute, 10*time.Millisecond)
 			var settled int64
 			charged := 0
 			for _, r := range rows {
@@ -275,7 +275,7 @@ func TestKeyModelPolicy(t *testing.T) {
 	assert.Equal(t, "medium", recs[0].ReasoningEffort, "capped")
 	assert.Empty(t, recs[0].ServiceTier, "downgraded to the default tier")
 	var rows []store.RequestRecord
-	require.Eventually(t, func() bool { rows = requestRows(t, h.store, k.ID); return len(rows) == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { rows = requestRows(t, h.store, k.ID); return len(rows) == 1 }, time.Minute, 10*time.Millisecond)
 	assert.Equal(t, "fast", rows[0].Model, "the model as asked")
 	assert.Equal(t, "gpt-5.1-codex-mini", rows[0].ModelServed)
 	assert.Equal(t, "model fast>gpt-5.1-codex-mini; effort xhigh>medium; tier priority>default", rows[0].Policy)
@@ -293,7 +293,7 @@ func TestKeyModelPolicy(t *testing.T) {
 		req["model"] = "gpt-5.1-codex"
 		resp, body = h.post(sessionS, rootT, req, bearer(secret))
 		return resp.StatusCode == http.StatusForbidden
-	}, 5*time.Second, 50*time.Millisecond)
+	}, time.Minute, 50*time.Millisecond)
 	assert.Contains(t, body, "service_tier_not_allowed")
 	assert.Len(t, h.responseRecords(rootT), 1, "nothing refused went upstream")
 }
@@ -404,7 +404,7 @@ func TestCodexKeyBudgetAndUsageReport(t *testing.T) {
 				}
 				rows = out.Rows
 				return rows[0]["total_tokens"] == float64(reported.TotalTokens)
-			}, 10*time.Second, 50*time.Millisecond, "the report shows what the upstream reported: %v", rows)
+			}, time.Minute, 50*time.Millisecond, "the report shows what the upstream reported: %v", rows)
 			r := rows[0]
 			assert.Equal(t, k.ID, r["key_id"])
 			assert.EqualValues(t, reported.InputTokens, r["input_tokens"])

@@ -91,7 +91,7 @@ func TestRateLimitsEventsFoldIntoTheAccount(t *testing.T) {
 		acc, err := h.store.Account(context.Background(), h.ids["a1"])
 		require.NoError(t, err)
 		return acc.Primary.Known && acc.Primary.UsedPercent > 39.99 && acc.Primary.UsedPercent < 40.01
-	}, 5*time.Second, 5*time.Millisecond, "the second turn's codex.rate_limits reached the account")
+	}, time.Minute, 5*time.Millisecond, "the second turn's codex.rate_limits reached the account")
 	assert.Equal(t, 1, len(h.relay.Lanes()), "one lane: no new upgrade headers")
 }
 
@@ -170,7 +170,7 @@ func TestLaneUpgradeHeadersFoldIntoTheAccount(t *testing.T) {
 				acc, err := h.store.Account(context.Background(), h.ids["a1"])
 				require.NoError(t, err)
 				return acc.Primary.Known && acc.Primary.UsedPercent > 54.99 && acc.Primary.UsedPercent < 55.01
-			}, 5*time.Second, 5*time.Millisecond, "the upgrade's rate-limit headers reached the account")
+			}, time.Minute, 5*time.Millisecond, "the upgrade's rate-limit headers reached the account")
 		})
 	}
 }

@@ -126,11 +126,11 @@ func TestAFailedHeartbeatDropsTheLeasesHeld(t *testing.T) {
 
 	require.NoError(t, st.Close()) // every heartbeat from now on fails
 	assert.Eventually(t, func() bool { _, held := s.leased.Load(leaseKey(req)); return !held },
-		5*time.Second, 10*time.Millisecond, "a failed heartbeat drops the leases held")
+		time.Minute, 10*time.Millisecond, "a failed heartbeat drops the leases held")
 	cancel()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the heartbeat did not end with its context")
 	}
 }

@@ -208,7 +208,7 @@ func (h *harness) dialWSWith(session, thread string, hdr http.Header) *wsClient 
 		hdr.Set("thread-id", thread)
 	}
 	hdr.Set("OpenAI-Beta", "responses_websockets=2026-02-06")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	url := "ws" + strings.TrimPrefix(h.codexBaseURL(), "http") + "/responses"
 	conn, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: hdr})

@@ -1,6 +1,3 @@
-// Package relay is the request path: it authenticates Codex, derives the
-// identities a request carries, selects an account, attempts the request
-// upstream, classifies the outcome and answers.
 package relay
 
 import (

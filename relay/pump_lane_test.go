@@ -70,7 +70,7 @@ func nextIn(t *testing.T, ctx context.Context, src eventSource, idle time.Durati
 	select {
 	case r := <-done:
 		return r.data, r.err
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Next did not return")
 		return "", nil
 	}
@@ -151,11 +151,11 @@ func TestLaneSourceArrived(t *testing.T) {
 	up <- "second"
 	up <- "terminal"
 	cancel() // the client went away while its write was under way
-	require.Eventually(t, func() bool { return len(up) == 0 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(up) == 0 }, time.Minute, time.Millisecond)
 	for _, want := range []string{"second", "terminal"} {
 		var got []byte
 		var ok bool
-		require.Eventually(t, func() bool { got, ok = src.Arrived(); return ok }, 10*time.Second, time.Millisecond, "%s arrived", want)
+		require.Eventually(t, func() bool { got, ok = src.Arrived(); return ok }, time.Minute, time.Millisecond, "%s arrived", want)
 		assert.Equal(t, want, string(got))
 	}
 	assert.True(t, l.Alive(), "the lane, read to the upstream's end, is kept")
@@ -215,7 +215,7 @@ func TestLaneSourceHearsOutAnUpstreamItHangsUpOn(t *testing.T) {
 	got, err := nextIn(t, reqCtx, src, time.Hour)
 	select {
 	case <-sawEnd:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the upstream never saw its client go")
 	}
 	if err != nil { // the read under way ended with the lane; what came is at hand

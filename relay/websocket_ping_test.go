@@ -49,7 +49,7 @@ func TestPingBehindAStuckWriteIsAStall(t *testing.T) {
 		ws.writes.mu.Lock()
 		defer ws.writes.mu.Unlock()
 		return ws.writes.active > 0
-	}, 5*time.Second, time.Millisecond, "the write is under way")
+	}, time.Minute, time.Millisecond, "the write is under way")
 	pinger := ws.pingEvery(sctx, end, time.Millisecond)
 	defer pinger.Stop()
 

@@ -75,13 +75,13 @@ func TestWriteBehindBatches(t *testing.T) {
 	f.gate.Lock()
 	first := make(chan struct{})
 	go func() { defer close(first); w.add(0) }() // its caller writes it, and waits at the gate
-	require.Eventually(t, func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.writing && len(w.pending) == 0 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.writing && len(w.pending) == 0 }, time.Minute, time.Millisecond)
 	for i := 1; i < 1000; i++ {
 		w.add(i) // queued: returns at once
 	}
 	f.gate.Unlock()
 	<-first
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, w.flush(ctx))
 	items, batches := f.written()
@@ -101,7 +101,7 @@ func TestWriteBehindRetries(t *testing.T) {
 	for i := range 5 {
 		w.add(i)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, w.flush(ctx))
 	items, _ := f.written()
@@ -118,7 +118,7 @@ func TestWriteBehindBoundsAndClose(t *testing.T) {
 	w := newFakeWriter(f, 10, 3)
 	f.gate.Lock()
 	go w.add(0) // written by its caller, which waits at the gate
-	require.Eventually(t, func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.writing && len(w.pending) == 0 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.writing && len(w.pending) == 0 }, time.Minute, time.Millisecond)
 	w.add(1)
 	w.add(2)
 	w.add(3)
@@ -133,7 +133,7 @@ func TestWriteBehindBoundsAndClose(t *testing.T) {
 	go func() { w.close(200 * time.Millisecond); close(closed) }()
 	select {
 	case <-closed:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("close did not end while the writes were refused")
 	}
 	f.mu.Lock()
@@ -184,11 +184,11 @@ func TestWriteBehindNotInline(t *testing.T) {
 	go func() { defer close(added); w.add(1) }()
 	select {
 	case <-added:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("add waited for the write")
 	}
 	f.gate.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, w.flush(ctx))
 	items, _ := f.written()
@@ -249,7 +249,7 @@ func TestUsageIsWrittenBehind(t *testing.T) {
 	}()
 	select {
 	case <-folded:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("folding usage waited for the database")
 	}
 	_, err = conn.ExecContext(ctx, "ROLLBACK")
@@ -257,7 +257,7 @@ func TestUsageIsWrittenBehind(t *testing.T) {
 	require.Eventually(t, func() bool {
 		got, err := st.Account(ctx, a.ID)
 		return err == nil && got.Primary.Known && got.Primary.UsedPercent == 61
-	}, 15*time.Second, 10*time.Millisecond, "the windows were written once the lock was gone")
+	}, time.Minute, 10*time.Millisecond, "the windows were written once the lock was gone")
 }
 
 // A batch written item by item sorts its items: those the write's deadline

@@ -343,7 +343,7 @@ func TestLiveUpdates(t *testing.T) {
 	defer ts.Close()
 
 	open := func(path string) (*bufio.Reader, func()) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+path, nil)
 		require.NoError(t, err)
 		req.AddCookie(b.cookies[sessionCookie])

@@ -304,7 +304,7 @@ func testCtx(t testing.TB, d time.Duration) context.Context {
 // waitFor polls cond until it holds or a second passes.
 func waitFor(t testing.TB, cond func() bool, msg string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting: %s", msg)

@@ -61,11 +61,11 @@ func (g *gatedBatcher) leadAndQueue(t *testing.T, n int, ctxOf func(i int) conte
 	t.Helper()
 	out := make(chan answer, n+1)
 	g.start(context.Background(), "lead", out)
-	require.Eventually(t, func() bool { return len(g.Sizes()) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(g.Sizes()) == 1 }, time.Minute, time.Millisecond)
 	for i := range n {
 		g.start(ctxOf(i), fmt.Sprint("q", i), out)
 	}
-	require.Eventually(t, func() bool { return g.Queued() == n }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return g.Queued() == n }, time.Minute, time.Millisecond)
 	return out
 }
 
@@ -85,7 +85,7 @@ func TestBatcherGathersWhatArrivesMeanwhile(t *testing.T) {
 		case a := <-out:
 			require.NoError(t, a.err)
 			got[a.q] = a.a
-		case <-time.After(5 * time.Second):
+		case <-time.After(time.Minute):
 			t.Fatal("a caller never had its answer")
 		}
 	}
@@ -123,7 +123,7 @@ func TestBatcherLeavesOutCallersGone(t *testing.T) {
 	case a := <-out:
 		assert.Equal(t, "q1", a.q)
 		assert.ErrorIs(t, a.err, context.Canceled)
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("a caller whose ctx ended still waits")
 	}
 	g.Open()

@@ -327,7 +327,7 @@ func TestLookupsMadeTogetherShareOneRead(t *testing.T) {
 			_, err := s.BindingsFor(ctx, store.BindingLookup{ClientScope: "key_1", ThreadKey: "v1:thread:t3"})
 			lead <- err
 		}()
-		require.Eventually(t, func() bool { return len(gate.Sizes()) == 1 }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return len(gate.Sizes()) == 1 }, time.Minute, time.Millisecond)
 		together := make([][]store.Binding, len(lookups))
 		var wg sync.WaitGroup
 		for i, l := range lookups {
@@ -337,7 +337,7 @@ func TestLookupsMadeTogetherShareOneRead(t *testing.T) {
 				assert.NoError(t, err)
 			})
 		}
-		require.Eventually(t, func() bool { return gate.Queued() == len(lookups) }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return gate.Queued() == len(lookups) }, time.Minute, time.Millisecond)
 		gate.Open()
 		wg.Wait()
 		require.NoError(t, <-lead)

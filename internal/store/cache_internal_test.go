@@ -121,7 +121,7 @@ func TestSharedRead(t *testing.T) {
 		_, err := shared(firstCtx, &g, "k", read)
 		first <- err
 	}()
-	require.Eventually(t, func() bool { return reads.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return reads.Load() == 1 }, time.Minute, time.Millisecond)
 	got := make(chan int, 8)
 	for range 8 {
 		go func() {

@@ -80,8 +80,8 @@ func TestACallThePostgresServerDoesNotAnswerEndsWithItsContext(t *testing.T) {
 		select {
 		case err := <-done:
 			assert.Error(t, err, "%s: nothing answered", c.name)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: the call outlived its context by 5s", c.name)
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: the call outlived its context by a minute", c.name)
 		}
 		cancel()
 	}
@@ -92,7 +92,7 @@ func TestACallThePostgresServerDoesNotAnswerEndsWithItsContext(t *testing.T) {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			return c.call(cctx) == nil
-		}, 30*time.Second, 50*time.Millisecond, "%s, once the link is back", c.name)
+		}, time.Minute, 50*time.Millisecond, "%s, once the link is back", c.name)
 	}
 }
 
@@ -125,7 +125,7 @@ func TestAStoreClosesWhileThePostgresServerDoesNotAnswer(t *testing.T) {
 	go func() { closed <- s.Close() }()
 	select {
 	case <-closed:
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("closing the store waited on the server")
 	}
 }
@@ -145,7 +145,7 @@ func TestListenEndsWithItsContextWhileThePostgresServerDoesNotAnswer(t *testing.
 	cancel()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Listen outlived its context")
 	}
 	link.Heal()

@@ -80,7 +80,7 @@ func TestAnnouncementsReachOtherReplicas(t *testing.T) {
 		select {
 		case err := <-done:
 			assert.NoError(t, err)
-		case <-time.After(10 * time.Second):
+		case <-time.After(time.Minute):
 			t.Error("Listen did not end with its context")
 		}
 	})
@@ -101,11 +101,11 @@ func TestAnnouncementsReachOtherReplicas(t *testing.T) {
 		require.NoError(t, one.Announce(ctx, store.Announcement{From: "r1", Kind: "hello"}))
 		time.Sleep(20 * time.Millisecond)
 		return len(received("hello")) > 0
-	}, 10*time.Second, 10*time.Millisecond, "the listener is up")
+	}, time.Minute, 10*time.Millisecond, "the listener is up")
 
 	a, err := one.CreateAccount(ctx, store.Account{Kind: store.KindOpenAI, Label: "a"}, store.Credentials{APIKey: "k"})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(received(store.AnnounceAccounts)) > 0 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(received(store.AnnounceAccounts)) > 0 }, time.Minute, 10*time.Millisecond,
 		"account writes are announced")
 	list, err := other.Accounts(ctx)
 	require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestAnnouncementsReachOtherReplicas(t *testing.T) {
 	require.Eventually(t, func() bool {
 		list, err := other.Accounts(ctx)
 		return err == nil && len(list) == 1 && list[0].Status == store.StatusPaused
-	}, 10*time.Second, 10*time.Millisecond, "the other replica's listing was dropped by the announcement")
+	}, time.Minute, 10*time.Millisecond, "the other replica's listing was dropped by the announcement")
 
 	// A key revoked through one replica stops at once on the other: its
 	// cached read is dropped by the announcement, not left to expire.
@@ -131,13 +131,13 @@ func TestAnnouncementsReachOtherReplicas(t *testing.T) {
 	require.Eventually(t, func() bool {
 		k2, err := other.CurrentClientKey(ctx, k.ID)
 		return err == nil && !k2.Usable(time.Now())
-	}, 5*time.Second, 10*time.Millisecond, "the revocation reached the other replica's cache")
+	}, time.Minute, 10*time.Millisecond, "the revocation reached the other replica's cache")
 	// Its secret too (the check above may have been satisfied by the late
 	// announcement of the key's creation, before the revocation's came).
 	require.Eventually(t, func() bool {
 		_, err := other.AuthenticateClientKey(ctx, secret)
 		return errors.Is(err, store.ErrKeyRejected)
-	}, 5*time.Second, 10*time.Millisecond, "the revocation reached the key found by its secret")
+	}, time.Minute, 10*time.Millisecond, "the revocation reached the key found by its secret")
 
 	var threads []store.ThreadRef
 	for i := range 300 {
@@ -150,7 +150,7 @@ func TestAnnouncementsReachOtherReplicas(t *testing.T) {
 			n += len(a.Threads)
 		}
 		return n == len(threads)
-	}, 10*time.Second, 10*time.Millisecond)
+	}, time.Minute, 10*time.Millisecond)
 	parts := received(store.AnnounceForget)
 	assert.Greater(t, len(parts), 1, "split under the payload limit")
 	for _, p := range parts {
@@ -256,7 +256,7 @@ func TestLeasesTakenTogetherShareOneWrite(t *testing.T) {
 		gate := store.GateBatches(s)
 		lead := make(chan store.LaneLease, 1)
 		go func() { lead <- lease("v1:thread:first", "key_1", "r1") }()
-		require.Eventually(t, func() bool { return len(gate.Sizes()) == 1 }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return len(gate.Sizes()) == 1 }, time.Minute, time.Millisecond)
 		type ask struct{ thread, scope, me string }
 		asks := []ask{
 			{"v1:thread:new", "key_1", "r1"},
@@ -276,7 +276,7 @@ func TestLeasesTakenTogetherShareOneWrite(t *testing.T) {
 				got[i] = l
 			})
 		}
-		require.Eventually(t, func() bool { return gate.Queued() == len(asks) }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return gate.Queued() == len(asks) }, time.Minute, time.Millisecond)
 		gate.Open()
 		wg.Wait()
 		assert.Equal(t, store.LaneLease{ThreadKey: "v1:thread:first", ClientScope: "key_1", ReplicaID: "r1", Address: "http://r1", Epoch: 1}, <-lead)
@@ -336,7 +336,7 @@ func TestBatchedLeasesOfTwoReplicasDoNotDeadlock(t *testing.T) {
 			_, err := s.LeaseLane(ctx, "v1:thread:lead-"+me, "key_1", me, live())
 			errs <- err
 		})
-		require.Eventually(t, func() bool { return len(g.Sizes()) == 1 }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return len(g.Sizes()) == 1 }, time.Minute, time.Millisecond)
 		for j := range threads {
 			th := threads[j]
 			if i == 1 {
@@ -347,7 +347,7 @@ func TestBatchedLeasesOfTwoReplicasDoNotDeadlock(t *testing.T) {
 				errs <- err
 			})
 			// Queued one by one: the batch keeps this order.
-			require.Eventually(t, func() bool { return g.Queued() == j+1 }, 5*time.Second, 100*time.Microsecond)
+			require.Eventually(t, func() bool { return g.Queued() == j+1 }, time.Minute, 100*time.Microsecond)
 		}
 	}
 	for _, g := range gates {
@@ -432,7 +432,7 @@ func (h *rowHold) releaseOnceWaited(t *testing.T, n int, prefix string) {
 		err := h.db.Get(&waiting, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND starts_with(query, $1)`, prefix)
 		return err == nil && waiting == n
-	}, 10*time.Second, 5*time.Millisecond)
+	}, time.Minute, 5*time.Millisecond)
 	require.NoError(t, h.tx.Commit())
 }
 
