@@ -39,7 +39,10 @@ type replicaOptions struct {
 	// elsewhere: every request seems to come from another host (not
 	// loopback), as on a replica of its own.
 	elsewhere bool
-	// heartbeat is how often it renews its row; default 500ms.
+	// heartbeat is how often it renews its row; default 2s. A replica
+	// counts as gone after three heartbeats missed: on a busy machine a
+	// shorter one lapsed mid-test, and another replica took over threads
+	// the test had placed.
 	heartbeat time.Duration
 }
 
@@ -47,7 +50,7 @@ type replicaOptions struct {
 func startReplicaWith(t *testing.T, dbURL, name string, o replicaOptions) *replica {
 	t.Helper()
 	if o.heartbeat == 0 {
-		o.heartbeat = 500 * time.Millisecond
+		o.heartbeat = 2 * time.Second
 	}
 	elsewhere := o.elsewhere
 	st := storetest.Open(t, dbURL, store.Options{})
