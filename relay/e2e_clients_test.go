@@ -131,10 +131,37 @@ func TestClientThatStopsReadingIsLetGo(t *testing.T) {
 // (wire.SSEWriter.WriteEvent returns its error); dropping that error would
 // leave the attempt to the request's context, which the failed write
 // cancels, and record the client's stall as a hang-up.
+//
+// Behind a front that wraps the response writer and drops its flushes'
+// errors, as echo's Response does in serve, the flush's error is read from
+// the writer it wraps.
 func TestClientThatStopsReadingSmallEventsIsStalled(t *testing.T) {
 	t.Parallel()
+	fronts := map[string]func(http.Handler) http.Handler{
+		"bare": func(h http.Handler) http.Handler { return h },
+		"behind a front that drops flush errors": func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(errorlessFlush{w}, r) })
+		},
+	}
+	for name, front := range fronts {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clientThatStopsReadingSmallEventsIsStalled(t, front)
+		})
+	}
+}
+
+// errorlessFlush wraps a response writer as echo's Response does: its Flush
+// drops the error.
+type errorlessFlush struct{ http.ResponseWriter }
+
+func (w errorlessFlush) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+func (w errorlessFlush) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func clientThatStopsReadingSmallEventsIsStalled(t *testing.T, front func(http.Handler) http.Handler) {
 	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.ClientWriteTimeout = 300 * time.Millisecond }, simAccount("a1", "org-a"))
-	srv := httptest.NewUnstartedServer(h.relay)
+	srv := httptest.NewUnstartedServer(front(h.relay))
 	srv.Listener = smallBuffers{srv.Listener}
 	srv.Start()
 	t.Cleanup(srv.Close)

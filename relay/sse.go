@@ -37,8 +37,42 @@ type sseClient struct {
 
 func (s *Server) newSSEClient(w http.ResponseWriter) *sseClient {
 	f, _ := w.(http.Flusher) // resolved once: the per-event path does not unwrap w
-	return &sseClient{s: s, w: w, rc: http.NewResponseController(w), flusher: f, sw: wire.NewSSEWriter(w), writeTimeout: s.cfg.ClientWriteTimeout}
+	return &sseClient{s: s, w: w, rc: http.NewResponseController(w), flusher: f, sw: wire.NewSSEWriter(flushReporting(w)),
+		writeTimeout: s.cfg.ClientWriteTimeout}
 }
+
+// flushReporting is w, flushed through the writer it wraps that reports a
+// flush's error, when w itself does not: a front that wraps the response
+// writer (echo's Response, in serve) flushes and drops the error, so a
+// flush that timed out on a client that stopped reading would be lost, and
+// the request's context, which the failed write cancels, would record the
+// stall as a hang-up. Writes still go through w. Resolved once per
+// request, by unwrapping (http.ResponseController's way).
+func flushReporting(w http.ResponseWriter) http.ResponseWriter {
+	if _, ok := w.(interface{ FlushError() error }); ok {
+		return w
+	}
+	for inner := w; ; {
+		u, ok := inner.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		inner = u.Unwrap()
+		if f, ok := inner.(interface{ FlushError() error }); ok {
+			return errorFlusher{ResponseWriter: w, flush: f}
+		}
+	}
+}
+
+// errorFlusher writes to its ResponseWriter and flushes through flush.
+type errorFlusher struct {
+	http.ResponseWriter
+	flush interface{ FlushError() error }
+}
+
+func (w errorFlusher) FlushError() error { return w.flush.FlushError() }
+
+func (w errorFlusher) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // done clears the write deadline: the connection may serve the client's
 // next request, which must not inherit it.
