@@ -307,7 +307,7 @@ func TestAccountsLogin(t *testing.T) {
 			return true
 		}
 		return false
-	}, 10*time.Second, 10*time.Millisecond, "the command shows a code: %s", out.String())
+	}, time.Minute, 10*time.Millisecond, "the command shows a code: %s", out.String())
 	assert.Contains(t, out.String(), "Open "+upstream.URL+"/codex/device")
 	resp, err := http.Post(upstream.ControlURL()+"/deviceauth/approve", "application/json",
 		strings.NewReader(`{"user_code":"`+code+`","account":"alice"}`))

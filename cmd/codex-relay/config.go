@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -15,8 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
+	"github.com/codexrelay/codex-relay/cmd/internal/app"
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/web"
 )
@@ -188,26 +187,6 @@ func openStore(ctx context.Context, c cli, f dbFlags, log *slog.Logger, withoutS
 	return st, err
 }
 
-// The purposes keys are derived from the secret key for (see derivedKey).
-const (
-	sessionKeyPurpose = "codex-relay console sessions v1"
-	hopKeyPurpose     = "codex-relay replica hop v1"
-)
-
-// derivedKey derives a key for one purpose from the secret key, so every
-// replica (sharing the secret) derives the same: console sessions survive a
-// restart and hold on every replica, and replicas accept each other's
-// forwarded requests. Nil without a secret (the store opened without one).
-func derivedKey(secret []byte, purpose string) []byte {
-	if secret == nil {
-		return nil
-	}
-	h := sha256.New()
-	h.Write([]byte(purpose + "\x00"))
-	h.Write(secret)
-	return h.Sum(nil)
-}
-
 // openRelayStore is what serve and demo start from: the store opened and
 // migrated with its secret key, and the admin token's hash (generated and
 // printed once when none is set).
@@ -236,19 +215,9 @@ func openStoreWithKey(ctx context.Context, c cli, f dbFlags, log *slog.Logger, w
 			return nil, nil, err
 		}
 	}
-	st, err := store.Open(ctx, loc, store.Options{SecretKey: key})
+	st, err := app.OpenStore(ctx, loc, key, log)
 	if err != nil {
 		return nil, nil, err
-	}
-	mctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	applied, err := st.Migrate(mctx)
-	if err != nil {
-		st.Close()
-		return nil, nil, err
-	}
-	if len(applied) > 0 {
-		log.Info("database migrated", "database", loc.String(), "applied", applied)
 	}
 	return st, key, nil
 }

@@ -97,7 +97,7 @@ func setPaused(t *testing.T, bases []string, id string, paused bool) {
 			}
 		}
 		return true
-	}, 10*time.Second, 20*time.Millisecond, "every relay sees account %s %s", id, want)
+	}, time.Minute, 20*time.Millisecond, "every relay sees account %s %s", id, want)
 }
 
 // accountStatus is the status of account id in the listing of the relay at
@@ -412,7 +412,7 @@ func killNineMidStreamAndRestart(t *testing.T, bin, dbURL string) {
 			}
 		}
 		return false
-	}, 10*time.Second, 20*time.Millisecond, "upstream, the long turn was cut off by the relay's death")
+	}, time.Minute, 20*time.Millisecond, "upstream, the long turn was cut off by the relay's death")
 
 	// The same binary, the same environment, the same database.
 	p = startProcess(t, bin, env)
@@ -553,7 +553,7 @@ func TestReplicaKilledLeasesMoveToSurvivor(t *testing.T) {
 	bin := buildBinary(t)
 	procs := []*process{startProcess(t, bin, env), startProcess(t, bin, env)}
 	require.Eventually(t, func() bool { return liveReplicas(procs[0].url) == 2 && liveReplicas(procs[1].url) == 2 },
-		15*time.Second, 50*time.Millisecond, "both replicas registered")
+		time.Minute, 50*time.Millisecond, "both replicas registered")
 	ids := addCrashAccounts(t, procs[0].url, upstream)
 	code, key, raw := request(t, http.MethodPost, procs[1].url+"/api/v1/keys", crashAdminToken, map[string]any{"name": "codex"})
 	require.Equal(t, http.StatusCreated, code, raw)
@@ -643,7 +643,7 @@ func TestReplicaKilledLeasesMoveToSurvivor(t *testing.T) {
 
 	// Once the dead replica's heartbeat lapses, the survivor takes its
 	// leases over; the threads go on as deltas on the survivor's lanes.
-	require.Eventually(t, func() bool { return liveReplicas(survivor.url) == 1 }, 30*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return liveReplicas(survivor.url) == 1 }, time.Minute, 100*time.Millisecond,
 		"the killed replica's heartbeat lapses")
 	t.Logf("the killed replica left the live list %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 	for i, c := range convs {
@@ -668,7 +668,7 @@ func TestFrozenHolderDoesNotHoldForwardedRequests(t *testing.T) {
 	bin := buildBinary(t)
 	holder, other := startProcess(t, bin, env), startProcess(t, bin, env)
 	require.Eventually(t, func() bool { return liveReplicas(holder.url) == 2 && liveReplicas(other.url) == 2 },
-		15*time.Second, 50*time.Millisecond, "both replicas registered")
+		time.Minute, 50*time.Millisecond, "both replicas registered")
 	addCrashAccounts(t, other.url, upstream)
 	code, key, raw := request(t, http.MethodPost, other.url+"/api/v1/keys", crashAdminToken, map[string]any{"name": "codex"})
 	require.Equal(t, http.StatusCreated, code, raw)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/codexrelay/codex-relay/cmd/internal/app"
 	"github.com/codexrelay/codex-relay/internal/sim"
 	"github.com/codexrelay/codex-relay/internal/store"
 )
@@ -66,7 +67,7 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveRelay(ctx, c, st, adminHash, *addr, 5*time.Second, log, relayOptions{tokenURL: upstream.TokenURL(), secret: secret}, func(a string) {
+	return serveRelay(ctx, c, *addr, 5*time.Second, app.Options{Store: st, Secret: secret, AdminTokenHash: adminHash, Logger: log, TokenURL: upstream.TokenURL()}, func(a string) {
 		printDemoBanner(c, a, key, upstream.URL, st.Location().String())
 	})
 }

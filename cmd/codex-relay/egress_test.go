@@ -133,7 +133,7 @@ func TestServeSendsAccountTrafficThroughItsProxy(t *testing.T) {
 		"CODEX_RELAY_ADMIN_TOKEN": "an-admin-token-for-egress", "CODEX_RELAY_TOKEN_URL": upstream.TokenURL(), "CODEX_RELAY_LOG_FORMAT": "text"})
 	require.Eventually(t, func() bool {
 		return strings.Contains(strings.Join(via.all(), "\n"), "GET /backend-api/wham/usage") && upstream.RefreshCount("alice") == 1
-	}, 20*time.Second, 20*time.Millisecond, "the usage poll at start: %v", via.all())
+	}, time.Minute, 20*time.Millisecond, "the usage poll at start: %v", via.all())
 
 	code, _, raw := request(t, http.MethodPost, r.url+"/backend-api/codex/responses", "", map[string]any{
 		"model": "gpt-5.5-codex", "stream": true, "store": false,
@@ -219,7 +219,7 @@ func TestAccountsProxyURL(t *testing.T) {
 			return true
 		}
 		return false
-	}, 10*time.Second, 10*time.Millisecond, "the command shows a code: %s %s", cout.String(), cerr.String())
+	}, time.Minute, 10*time.Millisecond, "the command shows a code: %s %s", cout.String(), cerr.String())
 	resp, err := http.Post(upstream.ControlURL()+"/deviceauth/approve", "application/json",
 		strings.NewReader(`{"user_code":"`+code+`","account":"carol"}`))
 	require.NoError(t, err)

@@ -165,7 +165,7 @@ func rollingRestartUnderCodex(t *testing.T, bin string, ws bool) {
 	env := crashEnv(storetest.PostgresURL(t), upstream)
 	procs := []*process{startProcess(t, bin, env), startProcess(t, bin, env)}
 	require.Eventually(t, func() bool { return liveReplicas(procs[0].url) == 2 && liveReplicas(procs[1].url) == 2 },
-		15*time.Second, 50*time.Millisecond, "both replicas registered")
+		time.Minute, 50*time.Millisecond, "both replicas registered")
 	code, _, raw := request(t, http.MethodPost, procs[0].url+"/api/v1/accounts", crashAdminToken,
 		map[string]any{"label": "k1", "kind": "openai", "base_url": upstream.OpenAIBaseURL(), "organization": "org-k", "api_key": "sk-sim-k1"})
 	require.Equal(t, http.StatusCreated, code, raw)
@@ -210,7 +210,7 @@ func rollingRestartUnderCodex(t *testing.T, bin string, ws bool) {
 				}
 			}
 			return false
-		}, 30*time.Second, 10*time.Millisecond, "replica %s: the slow turn is streaming", name)
+		}, time.Minute, 10*time.Millisecond, "replica %s: the slow turn is streaming", name)
 		require.Positive(t, lb.openOn(i), "replica %s carries the slow turn", name)
 
 		stopping := time.Now()
@@ -245,7 +245,7 @@ func rollingRestartUnderCodex(t *testing.T, bin string, ws bool) {
 	}
 
 	require.Eventually(t, func() bool { return liveReplicas(procs[0].url) == 2 && liveReplicas(procs[1].url) == 2 },
-		15*time.Second, 50*time.Millisecond, "the restarted replicas registered, the stopped ones are gone")
+		time.Minute, 50*time.Millisecond, "the restarted replicas registered, the stopped ones are gone")
 	since := seqMark(upstream)
 	res, err = codex.Resume(ctx, thread, "what was the word?", codexcli.RunOptions{Timeout: time.Minute})
 	checkRun("the turn after both restarts", res, err)

@@ -1,28 +1,21 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/net/http/httpproxy"
 
 	"github.com/codexrelay/codex-relay/bridge"
+	"github.com/codexrelay/codex-relay/cmd/internal/app"
 	"github.com/codexrelay/codex-relay/internal/oauth"
-	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
-	"github.com/codexrelay/codex-relay/web"
 )
 
 // DefaultAddr is where the relay listens unless told otherwise.
@@ -40,7 +33,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	advertise := fs.String("advertise-url", envOr(c, "CODEX_RELAY_ADVERTISE_URL", ""), "base URL the other replicas reach this one at, to forward a thread's requests to the replica holding its lane (env CODEX_RELAY_ADVERTISE_URL); default http://<listen address>, or none when listening on all interfaces without it")
 	tz := fs.String("timezone", envOr(c, "CODEX_RELAY_TIMEZONE", "UTC"), "IANA time zone of the calendar budget windows (day, week, month) and of the usage reports' days and hours (env CODEX_RELAY_TIMEZONE), such as Europe/Berlin")
 	envProxyMode := fs.String("env-proxy", envOr(c, "CODEX_RELAY_ENV_PROXY", "use"), "whether accounts without a proxy_url of their own go through the proxy of HTTPS_PROXY, HTTP_PROXY and NO_PROXY (env CODEX_RELAY_ENV_PROXY): use or ignore")
-	laneMaxAgeText := fs.String("lane-max-age", envOr(c, "CODEX_RELAY_LANE_MAX_AGE", defaultLaneMaxAge.String()), "age at which an upstream WebSocket lane is replaced, at its next turn boundary, ahead of the upstream's 60-minute connection limit (env CODEX_RELAY_LANE_MAX_AGE): a duration above 0 and below 60m; the margin below 60m must cover the longest turn")
+	laneMaxAgeText := fs.String("lane-max-age", envOr(c, "CODEX_RELAY_LANE_MAX_AGE", app.DefaultLaneMaxAge.String()), "age at which an upstream WebSocket lane is replaced, at its next turn boundary, ahead of the upstream's 60-minute connection limit (env CODEX_RELAY_LANE_MAX_AGE): a duration above 0 and below 60m; the margin below 60m must cover the longest turn")
 	streamIdleText := fs.String("stream-idle-timeout", envOr(c, "CODEX_RELAY_STREAM_IDLE_TIMEOUT", defaultStreamIdleTimeout.String()), "how long an upstream answer may send nothing, its first event included, before the relay ends it (env CODEX_RELAY_STREAM_IDLE_TIMEOUT): the request moves to another account when nothing reached the client yet, else the client gets response.failed; a duration above 0 that must cover the longest pause an answer makes (a long reasoning step)")
 	compression := registerCompressionFlags(fs, c)
 	fs.Usage = withEnvNotes(fs.Usage, c)
@@ -88,19 +81,16 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	}
 	defer st.Close()
 
-	return serveRelay(ctx, c, st, adminHash, *addr, *shutdown, log, relayOptions{tokenURL: *tokenURL, fallbackModel: *fallbackModel,
-		secret: secret, advertise: *advertise, retention: retention, location: loc, envProxy: envProxy, laneMaxAge: laneMaxAge,
-		streamIdleTimeout: streamIdle, clientCompression: clientCompression, upstreamCompression: upstreamCompression}, nil)
+	return serveRelay(ctx, c, *addr, *shutdown, app.Options{Store: st, Secret: secret, AdminTokenHash: adminHash, Logger: log,
+		TokenURL: *tokenURL, FallbackModel: *fallbackModel, AdvertiseURL: *advertise, Retention: retention, Location: loc, EnvProxy: envProxy,
+		StreamIdleTimeout: streamIdle, ClientCompression: clientCompression, UpstreamCompression: upstreamCompression,
+		Bridge: bridge.PoolConfig{MaxAge: laneMaxAge}}, nil)
 }
 
 // defaultStreamIdleTimeout is how long an upstream answer may stay silent
 // unless the operator says otherwise (relay.Config.StreamIdleTimeout's
 // default).
 const defaultStreamIdleTimeout = 5 * time.Minute
-
-// defaultLaneMaxAge is the lane age limit unless the operator says
-// otherwise: five minutes below the upstream's limit.
-const defaultLaneMaxAge = 55 * time.Minute
 
 // upstreamConnectionLimit is how long the upstream keeps a WebSocket open
 // (websocket_connection_limit_reached after it).
@@ -117,7 +107,7 @@ func parseLaneMaxAge(text string) (time.Duration, error) {
 		return 0, fmt.Errorf("serve: -lane-max-age (CODEX_RELAY_LANE_MAX_AGE) %s: must be above zero", text)
 	case d >= upstreamConnectionLimit:
 		return 0, fmt.Errorf("serve: -lane-max-age (CODEX_RELAY_LANE_MAX_AGE) %s: must be below the upstream's %s connection limit, with a margin for the longest turn (default %s)",
-			text, "60m", defaultLaneMaxAge)
+			text, "60m", app.DefaultLaneMaxAge)
 	}
 	return d, nil
 }
@@ -184,151 +174,26 @@ func environmentProxy(c cli, mode string) (func(*http.Request) (*url.URL, error)
 	return func(r *http.Request) (*url.URL, error) { return pick(r.URL) }, nil
 }
 
-// relayOptions are the relay settings serve and demo pass down.
-type relayOptions struct {
-	tokenURL      string         // where ChatGPT refresh tokens are redeemed
-	fallbackModel string         // the model a request asks for in the fallback group
-	secret        []byte         // the secret key: console sessions and replica hops are signed with keys derived from it
-	advertise     string         // base URL other replicas forward to; "" derives it from the listener
-	retention     time.Duration  // request records older than this are deleted; 0 the default (30 days), negative keeps them all
-	location      *time.Location // calendar budget windows and report days; nil is UTC
-	// envProxy picks the proxy of accounts without one of their own; nil
-	// sends them direct (see environmentProxy).
-	envProxy func(*http.Request) (*url.URL, error)
-	// laneMaxAge is the age at which an upstream lane is replaced at its
-	// next turn boundary; 0 the default (55 minutes).
-	laneMaxAge time.Duration
-	// streamIdleTimeout ends an upstream answer that sent nothing this
-	// long; 0 the default (5 minutes).
-	streamIdleTimeout time.Duration
-	// clientCompression and upstreamCompression are the WebSocket
-	// compression of each side; zero values are pooled.
-	clientCompression, upstreamCompression relay.Compression
-}
-
-// serveRelay assembles the relay and its web front on st and serves on addr
-// until ctx ends. onListen, when set, is told the address first.
-func serveRelay(ctx context.Context, c cli, st *store.Store, adminHash [32]byte, addr string, grace time.Duration, log *slog.Logger, opts relayOptions, onListen func(addr string)) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Everything sent for an account, token refreshes and usage polls
-	// included, goes through its proxy, or the environment's when it names
-	// none (unless the operator ignores that).
-	up := relay.NewUpstreamWith(relay.UpstreamOptions{EnvProxy: opts.envProxy, Compression: opts.upstreamCompression})
-	tokens := oauth.NewRefresher(oauth.RefresherConfig{Store: st, HTTPClient: up.HTTP, ClientFor: up.Client, TokenURL: opts.tokenURL, Logger: log.With("component", "tokens")})
-	defer tokens.Close()
-	poller := oauth.NewUsagePoller(oauth.UsagePollerConfig{Store: st, Tokens: tokens, HTTPClient: up.HTTP, ClientFor: up.Client, Logger: log.With("component", "usage")})
+// serveRelay assembles the relay and its web front (app.New) and serves on
+// addr until ctx ends, draining within grace. onListen, when set, is told
+// the address first.
+func serveRelay(ctx context.Context, c cli, addr string, grace time.Duration, opts app.Options, onListen func(addr string)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	defer ln.Close()
-	advertise := opts.advertise
-	if advertise == "" {
-		advertise = advertiseURL(ln.Addr())
+	rl, err := app.New(ln, opts)
+	if err != nil {
+		ln.Close()
+		return err
 	}
-	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.fallbackModel,
-		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.secret, hopKeyPurpose)}, Retention: opts.retention, Location: opts.location,
-		StreamIdleTimeout: opts.streamIdleTimeout, ClientCompression: opts.clientCompression, Bridge: bridge.PoolConfig{MaxAge: cmp.Or(opts.laneMaxAge, defaultLaneMaxAge)}})
-	// The relay's background work (its lane pool, heartbeat, housekeeping)
-	// outlives the signal: it ends after the drain below, when this
-	// function returns. Cancelled with ctx, the pool would close every
-	// lane at the signal, busy ones included, and cut the turns the drain
-	// is there to let finish.
-	rctx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
-	var background sync.WaitGroup
-	background.Add(2)
-	go func() { defer background.Done(); rl.Run(rctx) }()
-	go func() { defer background.Done(); poller.Run(rctx, time.Minute) }()
-	defer func() { stopRelay(); background.Wait() }()
-	probe := func(ctx context.Context, id string) (store.Account, error) {
-		a, err := st.Account(ctx, id)
-		if err != nil {
-			return store.Account{}, err
-		}
-		if poller.Polls(a) {
-			return poller.PollOnce(ctx, a) // usage windows from the upstream, and recovery after a reset
-		}
-		if status, ok := oauth.Recover(a, time.Now()); ok {
-			return st.SetAccountStatus(ctx, id, status, "probed after its reset", time.Time{})
-		}
-		return a, nil
-	}
-	srv := web.New(web.Config{Store: st, AdminTokenHash: adminHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl,
-		SessionKey: derivedKey(opts.secret, sessionKeyPurpose), Probe: probe, Location: opts.location})
-
-	hs := relayHTTPServer(srv, log)
-	log.Info("codex-relay listening", "addr", ln.Addr().String(), "database", st.Location().String(),
-		"lane_max_age", cmp.Or(opts.laneMaxAge, defaultLaneMaxAge).String(),
-		"ws_compression", opts.clientCompression.String(), "upstream_ws_compression", opts.upstreamCompression.String())
 	if onListen != nil {
 		onListen(ln.Addr().String())
 	}
 	if c.listening != nil {
 		c.listening(ln.Addr().String())
 	}
-	err = serveUntilDone(ctx, hs, ln, grace, log, rl)
-	rl.Close() // WebSocket sessions are hijacked: Shutdown did not end them
-	return err
-}
-
-// relayHTTPServer is the HTTP server in front of the relay's handler, with
-// the limits that keep hostile clients in bounds: headers within 10 s and
-// 1 MiB, idle kept-alive connections closed after 2 minutes. serve and the
-// bench both use it.
-func relayHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    1 << 20,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-}
-
-// serveUntilDone serves until ctx ends, then shuts down gracefully within
-// grace; requests still open after it are cut.
-// drainer is what a graceful stop asks of the relay (*relay.Server): stop
-// taking WebSocket sessions and end the open ones between turns, and wait
-// for them.
-type drainer interface {
-	Drain()
-	WaitSessions(ctx context.Context) error
-}
-
-// serveUntilDone serves until ctx ends, then drains within grace: readiness
-// fails and WebSocket sessions end between turns (dr, when set), the HTTP
-// server stops taking connections and lets running requests finish, and
-// the WebSocket turns under way finish too; what is still running at the
-// grace's end is cut.
-func serveUntilDone(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration, log *slog.Logger, dr drainer) error {
-	errc := make(chan error, 1)
-	go func() { errc <- serveHTTP(hs, ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down", "grace", grace.String())
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if dr != nil {
-		dr.Drain()
-	}
-	err := hs.Shutdown(sctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		hs.Close()
-		err = nil
-	}
-	if dr != nil {
-		if werr := dr.WaitSessions(sctx); werr != nil {
-			log.Warn("WebSocket sessions still open at the end of the grace time", "err", werr)
-		}
-	}
-	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		return serr
-	}
-	return err
+	return rl.Serve(ctx, grace)
 }
 
 func runMigrate(ctx context.Context, c cli, args []string) error {
@@ -353,15 +218,4 @@ func runMigrate(ctx context.Context, c cli, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "database %s at schema version %d of %d\n", st.Location(), cur, latest)
 	return nil
-}
-
-// advertiseURL is the base URL other replicas reach this one at: the
-// listener's own address, unless it listens on every interface (then no
-// one address is known to be reachable, and it takes no forwarded requests).
-func advertiseURL(a net.Addr) string {
-	tcp, ok := a.(*net.TCPAddr)
-	if !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
-		return ""
-	}
-	return "http://" + tcp.String()
 }

@@ -64,7 +64,7 @@ func TestSimServesUntilCancelled(t *testing.T) {
 			base = m[1]
 		}
 		return m != nil && strings.Contains(out.String(), "server_error")
-	}, 5*time.Second, 10*time.Millisecond, "banner: %s", out.String())
+	}, time.Minute, 10*time.Millisecond, "banner: %s", out.String())
 	banner := out.String()
 	for _, want := range []string{"/backend-api/codex", "/v1", "/oauth/token", "/_sim/", "filed", "at-filed", "org-f", "flagged", "sk-flagged", "org-g", "server_error"} {
 		assert.Contains(t, banner, want)

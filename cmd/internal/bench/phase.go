@@ -1,10 +1,8 @@
-package main
+package bench
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"os"
 	"runtime"
 	"runtime/pprof"
 	"sync"
@@ -81,11 +79,6 @@ type benchRow struct {
 	PeakGoroutines int   `json:"peak_goroutines"`
 }
 
-// busyProfileAfter is how long past the ramp -busyprofile's heap profile
-// is written: every session has started its turn, and a paced one is
-// still streaming.
-const busyProfileAfter = time.Second
-
 // phase runs the workload against one target over one transport and
 // measures it: memory settled at the start, then CPU, wall time and
 // allocations from the first session's start to the last one's end.
@@ -114,28 +107,22 @@ func (e *benchEnv) phase(ctx context.Context, targetName string, compression rel
 	clock := startCPUClock()
 	start := time.Now()
 
-	var busy *time.Timer
+	var busy *busyMoment
 	profiled := make(chan error, 1)
+	ended := make(chan struct{}) // the workload ended
 	if o.busyProfile != "" && targetName == o.targets[len(o.targets)-1] && transport == o.transports[len(o.transports)-1] {
-		busy = time.AfterFunc(o.ramp+busyProfileAfter, func() {
-			runtime.GC() // the profile's in-use figures are the last collection's
-			err := writeHeapProfile(o.busyProfile)
-			if err == nil {
-				err = writeGoroutines(o.busyProfile + ".goroutines")
-			}
-			profiled <- err
-		})
+		busy = newBusyMoment(o.conversations)
+		go func() { profiled <- busy.profile(targetName, o.busyProfile, o.busyDeadline(), ended) }()
 	}
 	var samples []turnSample
 	var errs []error
 	pprof.Do(ctx, pprof.Labels("component", "client"), func(ctx context.Context) {
-		samples, errs = runWorkload(ctx, client, target, transport, o)
+		samples, errs = runWorkload(ctx, client, target, transport, o, busy)
 	})
+	close(ended)
 	if busy != nil {
-		if busy.Stop() {
-			return row, fmt.Errorf("bench: -busyprofile: the %s phase ended before it was %s past the ramp", targetName, busyProfileAfter)
-		}
 		if err := <-profiled; err != nil {
+			watch.Stop()
 			return row, err
 		}
 	}
@@ -188,8 +175,9 @@ func (e *benchEnv) phase(ctx context.Context, targetName string, compression rel
 }
 
 // runWorkload runs every session against target: all at once, spread over
-// -ramp, or (-burst) connected first and then released together.
-func runWorkload(ctx context.Context, client *http.Client, target benchTarget, transport string, o benchOptions) ([]turnSample, []error) {
+// -ramp, or (-burst) connected first and then released together. busy,
+// when set, hears of each session's first output and of its end.
+func runWorkload(ctx context.Context, client *http.Client, target benchTarget, transport string, o options, busy *busyMoment) ([]turnSample, []error) {
 	var (
 		mu      sync.Mutex
 		samples []turnSample
@@ -228,6 +216,10 @@ func runWorkload(ctx context.Context, client *http.Client, target benchTarget, t
 			}
 			b := &benchConversation{client: client, target: target, conv: conv, o: o,
 				session: store.NewID("bench", time.Now()), ready: ready}
+			if busy != nil {
+				b.output = busy.streamed
+				defer busy.ended()
+			}
 			var got []turnSample
 			err := b.run(ctx, transport, func(s turnSample) { got = append(got, s) })
 			mu.Lock()
@@ -384,27 +376,4 @@ func (e *benchEnv) idlePhase(ctx context.Context, targetName string, compression
 	readers.Wait()
 	row.SimEvents = e.simEvents()
 	return row, nil
-}
-
-// writeHeapProfile writes the memory in use now (as of the last
-// collection) to path.
-func writeHeapProfile(path string) error { return writeProfile(path, "heap", 0) }
-
-// writeGoroutines writes every goroutine's stack to path, as a panic
-// prints them: where each session waits, and (with the binary's frame
-// sizes) how deep its stack is.
-func writeGoroutines(path string) error { return writeProfile(path, "goroutine", 2) }
-
-// writeProfile writes the runtime profile name to path (debug as
-// pprof.Profile.WriteTo takes it).
-func writeProfile(path, name string, debug int) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	defer f.Close()
-	if err := pprof.Lookup(name).WriteTo(f, debug); err != nil {
-		return fmt.Errorf("bench: %s profile: %w", name, err)
-	}
-	return f.Close()
 }

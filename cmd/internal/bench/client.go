@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -88,11 +88,14 @@ type benchConversation struct {
 	client  *http.Client
 	target  benchTarget
 	conv    int
-	o       benchOptions
+	o       options
 	session string
 	// ready is called once the session is connected, before its first
 	// turn (the burst barrier waits there); may be nil.
 	ready func()
+	// output is called once, at the first output event the session reads
+	// (-busyprofile waits for every session's); may be nil.
+	output func()
 }
 
 func (b *benchConversation) headers() http.Header {
@@ -341,6 +344,10 @@ func (b *benchConversation) event(data []byte, start time.Time, s *turnSample, w
 	switch {
 	case typ == "response.output_text.delta" && s.firstToken == 0:
 		s.firstToken = time.Since(start)
+		if b.output != nil {
+			b.output()
+			b.output = nil
+		}
 	case typ == "response.completed":
 		s.total = time.Since(start)
 		if s.firstToken == 0 {

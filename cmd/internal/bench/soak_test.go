@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -24,7 +24,7 @@ import (
 // sockets.)
 func TestBenchSoak(t *testing.T) {
 	heap := filepath.Join(t.TempDir(), "heap")
-	out, errOut, err := runCLI(t, cliEnv{}, "bench", "-soak", "12s", "-conversations", "40", "-accounts", "6",
+	out, errOut, err := runCommand(t, "-soak", "12s", "-conversations", "40", "-accounts", "6",
 		"-fault-rate", "0.4", "-client-fault-rate", "0.15", "-prewarm", "-busyprofile", heap, "-json")
 	var rep soakReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), "%s\n%s", out, errOut)

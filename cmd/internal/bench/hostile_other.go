@@ -1,6 +1,6 @@
 //go:build !unix
 
-package main
+package bench
 
 // setReceiveBuffer is a no-op here: the slow readers keep the system's
 // receive buffer.

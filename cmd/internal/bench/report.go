@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -450,4 +450,14 @@ func versus(l benchLine) string {
 		return fmt.Sprintf("%.2fx", *l.RelayVsPipe)
 	}
 	return strings.TrimSuffix(fmt.Sprintf("%+.2f %s", *l.RelayVsPipe, l.Unit), " ")
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// clipText cuts s to n runes, marking the cut.
+func clipText(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }

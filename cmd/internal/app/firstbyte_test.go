@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 // with the given header and idle deadlines.
 func firstByteServer(t *testing.T, header, idle time.Duration) string {
 	t.Helper()
-	hs := relayHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hs := httpServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, "ok")
 	}), slog.New(slog.DiscardHandler))
