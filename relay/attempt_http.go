@@ -33,10 +33,10 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch *choice
 	if r.transport == "ws" {
 		res.detail = "http: the upstream speaks HTTP only, or the request is too large for its WebSocket"
 	}
-	// The upstream's request outlives its client by hangUpAfter: what the
-	// upstream sent before it saw the client go is still read (see
-	// httpSource.Arrived).
-	hang := newHangUp(ctx, hangUpAfter)
+	// The upstream's request outlives its client by Config.HangUpAfter:
+	// what the upstream sent before it saw the client go is still read
+	// (see httpSource.Arrived).
+	hang := newHangUp(ctx, s.cfg.HangUpAfter)
 	defer hang.end()
 	actx, cancel := hang.ctx, hang.cancel
 	var answer answerDeadline

@@ -108,7 +108,7 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch *choice
 	}
 	l := lease.Lane
 	h.upstream = l.Header
-	src := newLaneSource(l) // claimed before the request goes: its first event is this request's
+	src := newLaneSource(l, s.cfg.HangUpAfter) // claimed before the request goes: its first event is this request's
 	l.Requests.Add(1)
 	if err := l.Send(ctx, msg); err != nil {
 		src.stop()

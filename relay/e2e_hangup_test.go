@@ -187,8 +187,13 @@ func TestClientThatHangsUpOnceItHasItsAnswer(t *testing.T) {
 func TestClientLetGoAfterTheUpstreamFinishedKeepsTheLane(t *testing.T) {
 	t.Parallel()
 	// The client is let go a while after the relay's writes block: long
-	// after the upstream sent its last event.
-	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.ClientWriteTimeout = 3 * time.Second }, simAccount("a1", "org-a"))
+	// after the upstream sent its last event. The relay has far longer than
+	// its default to read what the lane holds: on a machine short of CPU
+	// reading it took more than the default 50ms once, and the lane was
+	// hung up (the upstream taken for still answering).
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) {
+		c.ClientWriteTimeout, c.HangUpAfter = 3*time.Second, 5*time.Second
+	}, simAccount("a1", "org-a"))
 	srv := httptest.NewUnstartedServer(h.relay)
 	srv.Listener = smallBuffers{srv.Listener}
 	srv.Start()

@@ -205,7 +205,7 @@ func TestPinMovesAThreadWhoseLaneLivesOnAnotherReplica(t *testing.T) {
 	assert.Eventually(t, func() bool {
 		got := onB.laneAccounts()
 		return len(got) == 2 && got[0] == ids["a2"] && got[1] == ids["a2"]
-	}, 10*time.Second, 20*time.Millisecond, "b's lanes on a1 retired: %+v (a1 %s, a2 %s)", b.relay.Lanes(), ids["a1"], ids["a2"])
+	}, time.Minute, 20*time.Millisecond, "b's lanes on a1 retired: %+v (a1 %s, a2 %s)", b.relay.Lanes(), ids["a1"], ids["a2"])
 }
 
 // A change of a key's account scope moves the key's threads off accounts

@@ -66,13 +66,15 @@ type laneSource struct {
 	wentAt  time.Time // guarded by mu: when the client was seen gone (zero: not yet)
 	// hang hangs the lane up hangUpAfter after the client went, when a
 	// read still waits; giveUp ends a read still under way hearOutFor
-	// after it.
+	// after it. hangUpAfter is static after newLaneSource.
 	hang, giveUp *time.Timer
+	hangUpAfter  time.Duration
 }
 
-// newLaneSource claims l's reading for a request about to be sent on it.
-func newLaneSource(l *bridge.Lane) *laneSource {
-	s := &laneSource{l: l, first: l.Claim()}
+// newLaneSource claims l's reading for a request about to be sent on it;
+// hangUpAfter is Config.HangUpAfter.
+func newLaneSource(l *bridge.Lane, hangUpAfter time.Duration) *laneSource {
+	s := &laneSource{l: l, first: l.Claim(), hangUpAfter: hangUpAfter}
 	s.hang = time.AfterFunc(time.Hour, s.hangUpIfReading)
 	s.hang.Stop()
 	s.giveUp = time.AfterFunc(time.Hour, s.interruptIfReading)
@@ -97,7 +99,9 @@ func newLaneSource(l *bridge.Lane) *laneSource {
 // few on a saturated machine (3 of 6,351 hang-ups in 15 minutes with 1 s,
 // 5 of 6,194 with 10 s; see docs/RELIABILITY.md): the wait is not what
 // loses them, and the longer one only bounds an upstream that does not
-// answer the hang-up.
+// answer the hang-up. hangUpAfter is Config.HangUpAfter: the backlog must
+// be read within it, which a machine short of CPU may not do (a test that
+// asserts a finished upstream's lane is kept sets it longer).
 const (
 	hangUpAfter = 50 * time.Millisecond
 	hearOutFor  = 10 * time.Second
@@ -147,7 +151,7 @@ func (s *laneSource) clientWent() {
 	}
 	s.mu.Unlock()
 	if first {
-		s.hang.Reset(hangUpAfter)
+		s.hang.Reset(s.hangUpAfter)
 		s.giveUp.Reset(hearOutFor)
 	}
 }
@@ -257,7 +261,7 @@ func (s *laneSource) Arrived() ([]byte, bool) {
 	s.clientWent()
 	s.mu.Lock()
 	gone := time.Since(s.wentAt)
-	if gone >= hangUpAfter {
+	if gone >= s.hangUpAfter {
 		s.hangUpLocked()
 	}
 	s.reading.Store(true)

@@ -100,7 +100,7 @@ func TestLaneSourceEndings(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			l, up := scriptedLane(t)
-			src := newLaneSource(l)
+			src := newLaneSource(l, hangUpAfter)
 			defer src.stop()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -142,7 +142,7 @@ func TestLaneSourceEndings(t *testing.T) {
 func TestLaneSourceArrived(t *testing.T) {
 	t.Parallel()
 	l, up := scriptedLane(t)
-	src := newLaneSource(l)
+	src := newLaneSource(l, hangUpAfter)
 	ctx, cancel := context.WithCancel(context.Background())
 	up <- "first"
 	data, err := nextIn(t, ctx, src, time.Hour)
@@ -162,7 +162,7 @@ func TestLaneSourceArrived(t *testing.T) {
 	src.stop()
 
 	// The next request on the lane: the idle reader took over again.
-	next := newLaneSource(l)
+	next := newLaneSource(l, hangUpAfter)
 	defer next.stop()
 	up <- "again"
 	data, err = nextIn(t, context.Background(), next, time.Hour)
@@ -205,7 +205,7 @@ func TestLaneSourceHearsOutAnUpstreamItHangsUpOn(t *testing.T) {
 	l.Raw = raw
 	t.Cleanup(l.Close)
 
-	src := newLaneSource(l)
+	src := newLaneSource(l, hangUpAfter)
 	defer src.stop()
 	reqCtx, cancel := context.WithCancel(context.Background())
 	data, err := nextIn(t, reqCtx, src, time.Hour)

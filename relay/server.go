@@ -42,6 +42,12 @@ type Config struct {
 	// a client that stops reading is let go, and the account slot and lane
 	// its request held with it. Default 15s.
 	ClientWriteTimeout time.Duration
+	// HangUpAfter is how long a request whose client went away mid-answer
+	// keeps reading what its upstream had sent already before it takes the
+	// upstream for still answering and hangs up (the upstream then stops):
+	// a response the upstream completed in that time is settled, and its
+	// lane kept. Default 50ms; below 10s.
+	HangUpAfter time.Duration
 	// MaxAttempts bounds how many accounts one request may try. Default 4.
 	MaxAttempts int
 	// Continuity is the thread-scoped replay cache; one is made when nil.
@@ -163,6 +169,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 20
+	}
+	if cfg.HangUpAfter <= 0 || cfg.HangUpAfter >= hearOutFor {
+		cfg.HangUpAfter = hangUpAfter
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 4

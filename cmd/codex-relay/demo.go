@@ -2,11 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -39,7 +35,7 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 		return err
 	}
 
-	upstream, stopSim, err := startSim(sim.Config{Accounts: demoSimAccounts(), Logger: log.With("component", "sim")}, *simAddr, log)
+	upstream, stopSim, err := sim.Listen(sim.Config{Accounts: demoSimAccounts(), Logger: log.With("component", "sim")}, *simAddr, log)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -70,33 +66,6 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 	return serveRelay(ctx, c, *addr, 5*time.Second, app.Options{Store: st, Secret: secret, AdminTokenHash: adminHash, Logger: log, TokenURL: upstream.TokenURL()}, func(a string) {
 		printDemoBanner(c, a, key, upstream.URL, st.Location().String())
 	})
-}
-
-// startSim serves a simulated upstream on addr (port 0 picks a free one);
-// stop closes its connections and shuts its server down.
-func startSim(cfg sim.Config, addr string, log *slog.Logger) (upstream *sim.Server, stop func(), err error) {
-	upstream, err = sim.New(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sim: %w", err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		upstream.Close()
-		return nil, nil, fmt.Errorf("sim listen: %w", err)
-	}
-	upstream.URL = "http://" + ln.Addr().String()
-	srv := &http.Server{Handler: upstream, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	return upstream, func() {
-		upstream.Close()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("sim stopped", "err", err)
-		}
-	}, nil
 }
 
 // addDemoAccounts registers the sim's accounts with the relay (once: a

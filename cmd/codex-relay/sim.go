@@ -79,7 +79,7 @@ func runSim(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	upstream, stop, err := startSim(cfg, o.addr, slog.New(slog.NewTextHandler(c.stderr, nil)))
+	upstream, stop, err := sim.Listen(cfg, o.addr, slog.New(slog.NewTextHandler(c.stderr, nil)))
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -83,7 +82,7 @@ func startEnv(ctx context.Context, o options, log *slog.Logger) (*benchEnv, func
 	maxRecords := 4*o.sessions()*(o.turns+1) + 1000
 	pprof.Do(ctx, pprof.Labels("component", "sim"), func(context.Context) {
 		var stopSim func()
-		env.upstream, stopSim, err = startSim(sim.Config{Accounts: env.accounts, MaxRecords: maxRecords, WSCompression: o.simCompression,
+		env.upstream, stopSim, err = sim.Listen(sim.Config{Accounts: env.accounts, MaxRecords: maxRecords, WSCompression: o.simCompression,
 			Logger: log.With("component", "sim")}, "127.0.0.1:0", log)
 		if err == nil {
 			stops = append(stops, stopSim)
@@ -236,31 +235,4 @@ func (e *benchEnv) simEvents() int64 {
 		}
 	}
 	return n
-}
-
-// startSim serves a simulated upstream on addr (port 0 picks a free one);
-// stop closes its connections and shuts its server down.
-func startSim(cfg sim.Config, addr string, log *slog.Logger) (upstream *sim.Server, stop func(), err error) {
-	upstream, err = sim.New(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sim: %w", err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		upstream.Close()
-		return nil, nil, fmt.Errorf("sim listen: %w", err)
-	}
-	upstream.URL = "http://" + ln.Addr().String()
-	srv := &http.Server{Handler: upstream, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	return upstream, func() {
-		upstream.Close()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("sim stopped", "err", err)
-		}
-	}, nil
 }
