@@ -19,6 +19,13 @@ func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
 	t := s.newTries(r)
 	log := requestLog{s: s, r: r}
 	defer log.write()
+	if r.client.keyed {
+		// A key's requests are its request log rows, counted where the
+		// request is served: a request forwarded to the replica holding its
+		// thread's lane counts there, once. Other routes (/models, the goal
+		// routes) and a WebSocket's handshake are no request.
+		s.countKeyUse(r.client.key.ID)
+	}
 	answer := func(f *failure, class attemptClass) {
 		log.answered(f, class)
 		if class == classCancelled || ctx.Err() != nil {

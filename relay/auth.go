@@ -39,43 +39,26 @@ func (c client) checkModel(model string) error {
 // errUnauthenticated marks a request refused for want of a usable key.
 var errUnauthenticated = errors.New("unauthenticated")
 
-// admit authenticates r, served here, and answers the client itself when
-// that fails. The request counts in its key's use.
+// admit authenticates r and answers the client itself when that fails.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request) (client, bool) {
 	cl, err := s.authenticate(r.Context(), r, false)
 	if err != nil {
 		s.writeFailure(w, err)
 		return client{}, false
 	}
-	s.countUse(cl)
 	return cl, true
 }
 
 // admitIdentified is admit followed by parsing the request's identity
-// headers; it answers the client itself when either fails. The request,
-// served here, counts in its key's use.
+// headers; it answers the client itself when either fails.
 func (s *Server) admitIdentified(w http.ResponseWriter, r *http.Request) (client, Identity, bool) {
-	cl, ident, ok := s.admitIdentifiedOr(w, r, nil)
-	if ok {
-		s.countUse(cl)
-	}
-	return cl, ident, ok
-}
-
-// countUse counts one request in the key of a keyed client: where the
-// request is served, so that one forwarded to the replica holding its
-// thread's lane counts there, once, not on both.
-func (s *Server) countUse(cl client) {
-	if cl.keyed {
-		s.countKeyUse(cl.key.ID)
-	}
+	return s.admitIdentifiedOr(w, r, nil)
 }
 
 // admitIdentifiedOr is admitIdentified where, when r is refused, forwarded
 // may vouch for it: another replica admitted it and forwarded it here (its
 // hop verified). A keyless request admitted there came from its loopback,
-// so it counts as local here. It counts nothing in the key's use: the
-// request may yet be forwarded (see serveAdmitted).
+// so it counts as local here.
 func (s *Server) admitIdentifiedOr(w http.ResponseWriter, r *http.Request, forwarded func() bool) (client, Identity, bool) {
 	cl, err := s.authenticate(r.Context(), r, false)
 	if errors.Is(err, errUnauthenticated) && forwarded != nil && forwarded() {

@@ -50,7 +50,6 @@ func (s *Server) serveAdmitted(w http.ResponseWriter, r *http.Request, sub strin
 	if s.forward(w, r, req) {
 		return // served by the replica holding the thread's lane, and counted there
 	}
-	s.countUse(cl)
 	sc := s.newSSEClient(w)
 	sc.r = req
 	defer sc.done()

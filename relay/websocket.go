@@ -357,7 +357,7 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 	s := ws.s
 	typ, _ := wire.EventType(msg)
 	request := typ == wire.MessageResponseCreate || typ == ""
-	if err := ws.admitTurn(ctx, request); err != nil {
+	if err := ws.admitTurn(ctx); err != nil {
 		f, _ := failureFor(err, s.cfg.Now())
 		if werr := ws.write(ctx, f.wsEvent()); werr != nil {
 			return werr
@@ -397,10 +397,9 @@ func (ws *wsSession) passThrough(ctx context.Context, typ string, msg []byte) {
 
 // admitTurn checks, before each client message, that the connection's
 // client may still be served: a keyed client's key is read again (cached
-// briefly; revoking a key drops the cache on every replica at once) and,
-// when the message is a request (turn), it counts in the key's use; a
+// briefly; revoking a key drops the cache on every replica at once); a
 // keyless client is served only while no key was ever created.
-func (ws *wsSession) admitTurn(ctx context.Context, turn bool) error {
+func (ws *wsSession) admitTurn(ctx context.Context) error {
 	s := ws.s
 	if !ws.client.keyed {
 		ever, err := s.cfg.Store.KeysEverCreated(ctx)
@@ -422,9 +421,6 @@ func (ws *wsSession) admitTurn(ctx context.Context, turn bool) error {
 		return refuseSession("client key revoked or expired", "this relay client key is unknown, revoked or expired")
 	}
 	ws.client.key = k
-	if turn {
-		s.countKeyUse(k.ID)
-	}
 	return nil
 }
 

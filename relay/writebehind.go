@@ -160,10 +160,11 @@ func (w *writeBehind[T]) close(grace time.Duration) {
 	w.done.Wait()
 }
 
-// keyUse counts the requests made with each client key (HTTP requests and
-// WebSocket turns alike), written in batches behind the requests (never
-// by the request itself: it is counted before its answer): a batch's
-// counts are summed into one write.
+// keyUse counts the requests made with each client key, one for each of
+// its request log rows (HTTP requests and WebSocket turns alike, see
+// attempts), written in batches behind the requests (never by the request
+// itself: it is counted before its answer): a batch's counts are summed
+// into one write.
 type keyUse = writeBehind[string]
 
 // newKeyUse returns the counter that writes key use through s's store.

@@ -320,9 +320,13 @@ var (
 		"token_refresh", "fresh_lane", "full_request"}
 )
 
-// diagnosticsView groups a page of attempts into request timelines.
+// diagnosticsView shows a page of the requests that have an attempt the
+// filter selects, each as its whole timeline: a request that failed over
+// reads the same, ending as it ended, whether the filter is the first
+// attempt's class or none. The attempts the filter selected are marked.
 func (s *Server) diagnosticsView(ctx context.Context, q attemptQuery) (ui.Diagnostics, error) {
-	rows, total, err := s.cfg.Store.Attempts(ctx, q.filter())
+	f := q.filter()
+	rows, total, err := s.cfg.Store.RequestAttempts(ctx, f)
 	if err != nil {
 		return ui.Diagnostics{}, err
 	}
@@ -335,7 +339,6 @@ func (s *Server) diagnosticsView(ctx context.Context, q attemptQuery) (ui.Diagno
 	p := ui.Diagnostics{
 		Filter: ui.DiagnosticsFilter{Request: q.Request, Thread: q.Thread, Classes: choices(q.Class, attemptClasses...),
 			Recoveries: choices(q.Recovery, recoveries...), Accounts: n.accountOptions(q.Account)},
-		Pager: pagerFor("/admin/diagnostics", v, q.page, len(rows), total),
 	}
 	if q.Offset == 0 {
 		p.LiveURL = withQuery("/admin/live/diagnostics", v)
@@ -348,6 +351,8 @@ func (s *Server) diagnosticsView(ctx context.Context, q attemptQuery) (ui.Diagno
 		}
 		groups[a.RequestID] = append(groups[a.RequestID], a)
 	}
+	p.Pager = pagerFor("/admin/diagnostics", v, q.page, len(order), total)
+	narrowed := f.Class != "" || f.Recovery != "" || f.AccountID != ""
 	for _, id := range order {
 		as := groups[id]
 		sort.Slice(as, func(i, j int) bool { return as[i].Seq < as[j].Seq })
@@ -370,7 +375,9 @@ func (s *Server) diagnosticsView(ctx context.Context, q attemptQuery) (ui.Diagno
 			r := ui.AttemptRow{Seq: a.Seq, Account: n.accountName(a.AccountID), Class: a.Class, Tone: classTone(a.Class),
 				Recovery: a.Recovery, Action: strings.ReplaceAll(a.Action, "_", " "), ErrorCode: a.ErrorCode, Detail: a.Detail,
 				Duration: span(a.EndedAt.Sub(a.StartedAt)), Started: stamp(a.StartedAt),
-				BarX: int(a.StartedAt.Sub(start) * 100 / total)}
+				BarX: int(a.StartedAt.Sub(start) * 100 / total),
+				Matched: narrowed && (f.Class == "" || a.Class == f.Class) && (f.Recovery == "" || a.Recovery == f.Recovery) &&
+					(f.AccountID == "" || a.AccountID == f.AccountID)}
 			r.BarW = max(int(a.EndedAt.Sub(a.StartedAt)*100/total), 2)
 			r.BarX = min(r.BarX, 100-r.BarW)
 			if a.FromAccountID != "" {

@@ -72,6 +72,9 @@ func TestConsolePagesRender(t *testing.T) {
 			{"/admin/lanes", []string{"direct", "alpha", `data-live="/admin/live/lanes"`, "retiring at the end of its turn"}},
 			{"/admin/diagnostics", []string{"usage_limit", "beta", "→", "failover", "next account", "usage_limit_reached: account limited", "2 attempts"}},
 			{"/admin/diagnostics?class=ok", []string{"failover"}},
+			// Filtered by its first attempt's class, the request that failed
+			// over still shows whole: both attempts, the one that matched marked.
+			{"/admin/diagnostics?class=usage_limit", []string{"2 attempts", "failover", "matches the filter", "1–1 of 1"}},
 			{"/admin/requests", []string{"gpt-5.5-codex", "1200 / 80 / 0", "laptop", "failover", "/admin/diagnostics?request=req_1"}},
 			{"/admin/keys", []string{"laptop", "active", "all accounts", "Create a client key"}},
 			{"/admin/settings", []string{"Schema version", string(s.Dialect()), "Login rate limit", "host-a:1 (this one)", "http://10.0.0.1:2455",

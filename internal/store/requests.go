@@ -296,6 +296,10 @@ func (s *Store) Attempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, 
 	if err != nil {
 		return nil, 0, err
 	}
+	return attemptsOf(rows), total, nil
+}
+
+func attemptsOf(rows []attemptRow) []Attempt {
 	out := make([]Attempt, len(rows))
 	for i, r := range rows {
 		out[i] = Attempt{ID: r.ID, RequestID: r.RequestID, Seq: r.Seq, ThreadKey: r.ThreadKey, SessionID: r.SessionID,
@@ -306,7 +310,41 @@ func (s *Store) Attempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, 
 			out[i].FirstEvent = time.Duration(*r.FirstEventMS) * time.Millisecond
 		}
 	}
-	return out, total, nil
+	return out
+}
+
+// RequestAttempts pages the requests that have an attempt f selects, the
+// latest first (by their latest attempt), and returns every attempt of
+// those requests, not only the ones f selects: a request that failed over
+// from a usage limit to an account that served it is one timeline of two
+// attempts, whatever filter found it. total is how many requests match.
+func (s *Store) RequestAttempts(ctx context.Context, f AttemptFilter) (attempts []Attempt, total int, err error) {
+	where, args := filterWhere([]colValue{{"class", f.Class}, {"recovery", f.Recovery}, {"account_id", f.AccountID},
+		{"request_id", f.RequestID}, {"thread_id", f.ThreadID}})
+	if err := s.db.GetContext(ctx, &total, s.q(`SELECT COUNT(DISTINCT request_id) FROM attempts WHERE `+where), args...); err != nil {
+		return nil, 0, fmt.Errorf("count requests of attempts: %w", err)
+	}
+	limit := f.Limit
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	var ids []string
+	if err := s.db.SelectContext(ctx, &ids, s.q(`SELECT request_id FROM attempts WHERE `+where+
+		` GROUP BY request_id ORDER BY MAX(started_at) DESC, request_id DESC LIMIT ? OFFSET ?`), append(args, limit, max(f.Offset, 0))...); err != nil {
+		return nil, 0, fmt.Errorf("list requests of attempts: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, total, nil
+	}
+	in, inArgs, err := sqlx.In(`SELECT `+attemptColumns+` FROM attempts WHERE request_id IN (?) ORDER BY started_at DESC, seq DESC`, ids)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list attempts of requests: %w", err)
+	}
+	var rows []attemptRow
+	if err := s.db.SelectContext(ctx, &rows, s.q(in), inArgs...); err != nil {
+		return nil, 0, fmt.Errorf("list attempts of requests: %w", err)
+	}
+	return attemptsOf(rows), total, nil
 }
 
 // UpdateUsage records the usage windows an upstream reported for an account.

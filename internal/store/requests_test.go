@@ -206,3 +206,47 @@ func TestRecordRequestsBatchOnce(t *testing.T) {
 		assert.Equal(t, 10, total)
 	})
 }
+
+// RequestAttempts pages the requests an attempt filter finds and returns
+// each whole: every attempt of a request, matched or not, newest request
+// first.
+func TestRequestAttemptsAreWholeTimelines(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+		var atts []store.Attempt
+		for i, req := range []string{"req_a", "req_b", "req_c"} {
+			at := start.Add(time.Duration(i) * time.Minute)
+			atts = append(atts,
+				store.Attempt{RequestID: req, Seq: 1, AccountID: "acc_1", Class: "usage_limit", Action: "next_account", StartedAt: at, EndedAt: at.Add(time.Second)},
+				store.Attempt{RequestID: req, Seq: 2, AccountID: "acc_2", Class: "ok", Recovery: "failover", Action: "done", StartedAt: at.Add(time.Second), EndedAt: at.Add(2 * time.Second)})
+		}
+		atts = append(atts, store.Attempt{RequestID: "req_d", Seq: 1, AccountID: "acc_2", Class: "ok", Action: "done", StartedAt: start.Add(time.Hour), EndedAt: start.Add(time.Hour)})
+		require.NoError(t, s.RecordAttempts(ctx, atts))
+
+		got, total, err := s.RequestAttempts(ctx, store.AttemptFilter{Class: "usage_limit", Limit: 2})
+		require.NoError(t, err)
+		assert.Equal(t, 3, total, "three requests had a usage limit")
+		var seen []string
+		classes := map[string][]string{}
+		for _, a := range got {
+			if len(classes[a.RequestID]) == 0 {
+				seen = append(seen, a.RequestID)
+			}
+			classes[a.RequestID] = append(classes[a.RequestID], a.Class)
+		}
+		assert.Equal(t, []string{"req_c", "req_b"}, seen, "the newest two requests")
+		for _, req := range seen {
+			assert.ElementsMatch(t, []string{"usage_limit", "ok"}, classes[req], "%s whole", req)
+		}
+		got, total, err = s.RequestAttempts(ctx, store.AttemptFilter{Class: "usage_limit", Limit: 2, Offset: 2})
+		require.NoError(t, err)
+		assert.Equal(t, 3, total)
+		require.Len(t, got, 2)
+		assert.Equal(t, "req_a", got[0].RequestID)
+		got, total, err = s.RequestAttempts(ctx, store.AttemptFilter{Class: "quota"})
+		require.NoError(t, err)
+		assert.Zero(t, total)
+		assert.Empty(t, got)
+	})
+}

@@ -211,6 +211,9 @@ type AttemptRow struct {
 	Action, Status, ErrorCode, Detail    string
 	Duration, FirstEvent, Started        string
 	BarX, BarW                           int
+	// Matched: the page's filter (a class, a recovery, an account)
+	// selected this attempt; the request's others are shown with it.
+	Matched bool
 }
 
 // Requests is the request log with its filters; Thread, when the log is
