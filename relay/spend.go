@@ -70,8 +70,8 @@ func (s *Server) estimate(ctx context.Context, r *request) budget.Use {
 	}
 	var in, out float64
 	if t, err := s.cfg.Store.PriceTable(ctx); err == nil {
-		if e, ok := t.Lookup(r.fields.Model, serviceTier(r.body)); ok {
-			in, out = e.Input*1000, e.Output*1000 // USD per million tokens is billionths of a USD per token, times 1000
+		if q := t.Quote(r.fields.Model, serviceTier(r.body)); q.OK {
+			in, out = q.Entry.Input*1000, q.Entry.Output*1000 // USD per million tokens is billionths of a USD per token, times 1000
 		}
 	}
 	return budget.Estimate(size, in, out)
@@ -90,21 +90,26 @@ func serviceTier(body []byte) string {
 	return v
 }
 
-// price is what a response's usage costs at the price table in force now,
-// and the model its metrics count under: the table's name for it (dated
-// snapshots share their model's series), or "other" when the table does
-// not price it.
-func (s *Server) price(ctx context.Context, r *request, tr *tracker, tier string) (int64, string) {
+// price is what a response's usage costs at the price table in force now
+// (a model the table does not price at its fallback model's price,
+// unpriced then), and the model its metrics count under: the table's name
+// for it (dated snapshots share their model's series), or "other" when the
+// table does not price it.
+func (s *Server) price(ctx context.Context, r *request, tr *tracker, tier string) (cost int64, label string, unpriced bool) {
 	t, err := s.cfg.Store.PriceTable(ctx)
 	if err != nil {
 		s.log.Warn("price table", "err", err)
-		return 0, "other"
+		return 0, "other", true
 	}
-	e, ok := t.Lookup(cmp.Or(tr.model, r.fields.Model), tier)
-	if !ok {
-		return 0, "other"
+	q := t.Quote(cmp.Or(tr.model, r.fields.Model), tier)
+	label = "other"
+	if q.Priced {
+		label = q.Entry.Model
 	}
-	return e.Cost(pricing.Usage{Input: tr.input, CachedInput: tr.cached, Output: tr.outputTok}), e.Model
+	if !q.OK {
+		return 0, label, true
+	}
+	return q.Entry.Cost(pricing.Usage{Input: tr.input, CachedInput: tr.cached, Output: tr.outputTok}), label, !q.Priced
 }
 
 // finishReservation records a completed response's real use in its
@@ -115,7 +120,7 @@ func (s *Server) finishReservation(ctx context.Context, r *request, tr *tracker)
 	if !r.reserved {
 		return
 	}
-	cost, _ := s.price(ctx, r, tr, cmp.Or(tr.tier, serviceTier(r.body)))
+	cost, _, _ := s.price(ctx, r, tr, cmp.Or(tr.tier, serviceTier(r.body)))
 	ctx, cancel := storeWriteContext(ctx)
 	defer cancel()
 	if err := s.cfg.Store.FinishReservation(ctx, r.id, budget.Use{Requests: 1, Tokens: tr.total, CostNanos: cost}); err != nil {
@@ -135,8 +140,8 @@ func (s *Server) charge(ctx context.Context, r *request, rec *store.RequestRecor
 	if !tr.usage {
 		return
 	}
-	cost, label := s.price(ctx, r, tr, rec.ServiceTier)
-	rec.CostNanos = cost
+	cost, label, unpriced := s.price(ctx, r, tr, rec.ServiceTier)
+	rec.CostNanos, rec.Unpriced = cost, unpriced
 	key := cmp.Or(r.client.key.ID, "keyless")
 	for kind, n := range map[string]int64{"input": tr.input, "cached_input": tr.cached, "output": tr.outputTok, "reasoning": tr.reasoning} {
 		s.metrics.tokens.WithLabelValues(key, label, kind).Add(float64(n))

@@ -49,7 +49,7 @@ func TestPricesAPI(t *testing.T) {
 		assert.Equal(t, true, cur["default"])
 		assert.Equal(t, "default", cur["id"])
 		assert.Equal(t, "https://openai.com/api/pricing/", cur["source"])
-		assert.Equal(t, "2025-12-11", cur["as_of"])
+		assert.Equal(t, "2026-06-28", cur["as_of"])
 		assert.Nil(t, cur["created_at"], "the built-in table was never created")
 		assert.Len(t, cur["entries"], len(pricing.Default().Entries))
 		assert.Contains(t, raw, `{"model":"gpt-5.1-codex","tier":"default","input_per_million":1.25,"cached_input_per_million":0.125,"output_per_million":10}`)

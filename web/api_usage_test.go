@@ -80,7 +80,7 @@ func seedUsage(t *testing.T, s *store.Store) {
 			FirstOutput: 100 * time.Millisecond},
 		{ClientKeyID: "key_b", AccountID: "acc_1", ThreadID: "=cmd|' /C calc'!A0", Model: "gpt-5.5", ModelServed: "gpt-5.5",
 			Status: 200, StartedAt: day2.Add(time.Hour), InputTokens: 200, CachedTokens: 200, OutputTokens: 20,
-			TotalTokens: 220, CostNanos: 1, Charged: true, FirstOutput: 200 * time.Millisecond},
+			TotalTokens: 220, CostNanos: 1, Charged: true, Unpriced: true, FirstOutput: 200 * time.Millisecond},
 		{ClientKeyID: "key_b", ThreadID: "t3", Model: "gpt-5.4", Status: 429, ErrorCode: "usage_limit_reached",
 			StartedAt: day2.Add(2 * time.Hour)},
 		// Older than the default 30 days.
@@ -101,7 +101,7 @@ func TestUsageAPI(t *testing.T) {
 			rec := getUsage(t, srv, "")
 			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 			assert.JSONEq(t, `{"rows":[{"requests":4,"input_tokens":1700,"cached_input_tokens":450,"output_tokens":170,
-				"reasoning_tokens":40,"total_tokens":1870,"cost_usd":1.750000002,"cache_hit_rate":0.2647058823529412,
+				"reasoning_tokens":40,"total_tokens":1870,"cost_usd":1.750000002,"unpriced_requests":1,"cache_hit_rate":0.2647058823529412,
 				"ttft_p50_ms":200,"ttft_p95_ms":300,"errors":1,"errors_by_class":{"usage_limit_reached":1}}]}`, rec.Body.String())
 		})
 
@@ -110,10 +110,10 @@ func TestUsageAPI(t *testing.T) {
 			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 			assert.JSONEq(t, `{"rows":[
 				{"key_id":"key_a","requests":2,"input_tokens":1500,"cached_input_tokens":250,"output_tokens":150,
-				 "reasoning_tokens":40,"total_tokens":1650,"cost_usd":1.750000001,"cache_hit_rate":0.16666666666666666,
+				 "reasoning_tokens":40,"total_tokens":1650,"cost_usd":1.750000001,"unpriced_requests":0,"cache_hit_rate":0.16666666666666666,
 				 "ttft_p50_ms":100,"ttft_p95_ms":300,"errors":0,"errors_by_class":{}},
 				{"key_id":"key_b","requests":2,"input_tokens":200,"cached_input_tokens":200,"output_tokens":20,
-				 "reasoning_tokens":0,"total_tokens":220,"cost_usd":0.000000001,"cache_hit_rate":1,
+				 "reasoning_tokens":0,"total_tokens":220,"cost_usd":0.000000001,"unpriced_requests":1,"cache_hit_rate":1,
 				 "ttft_p50_ms":200,"ttft_p95_ms":200,"errors":1,"errors_by_class":{"usage_limit_reached":1}}]}`, rec.Body.String())
 		})
 
@@ -137,7 +137,7 @@ func TestUsageAPI(t *testing.T) {
 					assert.Equal(t, tc.want[i], column(rows, col), col)
 				}
 				for _, r := range rows {
-					assert.Len(t, r, len(tc.columns)+12, "only the group columns asked for: %v", r)
+					assert.Len(t, r, len(tc.columns)+13, "only the group columns asked for: %v", r)
 				}
 			})
 		}
@@ -200,7 +200,7 @@ func TestUsageAPICSV(t *testing.T) {
 	seedUsage(t, s)
 	srv := newUsageServer(t, s, time.UTC)
 	const header = "thread,key_id,requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,total_tokens," +
-		"cost_usd,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors"
+		"cost_usd,unpriced_requests,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors"
 	for _, tc := range []struct {
 		name    string
 		query   string
@@ -222,10 +222,10 @@ func TestUsageAPICSV(t *testing.T) {
 			recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
 			require.NoError(t, err)
 			require.Len(t, recs, 5)
-			assert.Equal(t, []string{"'=cmd|' /C calc'!A0", "key_b", "1", "200", "200", "20", "0", "220", "0.000000001", "1", "200", "200", "0"},
+			assert.Equal(t, []string{"'=cmd|' /C calc'!A0", "key_b", "1", "200", "200", "20", "0", "220", "0.000000001", "1", "1", "200", "200", "0"},
 				recs[1], "a formula-looking thread id is defused")
-			assert.Equal(t, []string{"t1", "key_a", "1", "1000", "250", "100", "40", "1100", "1.5", "0.25", "300", "300", "0"}, recs[2])
-			assert.Equal(t, []string{"t3", "key_b", "1", "0", "0", "0", "0", "0", "0", "0", "", "", "1"}, recs[4])
+			assert.Equal(t, []string{"t1", "key_a", "1", "1000", "250", "100", "40", "1100", "1.5", "0", "0.25", "300", "300", "0"}, recs[2])
+			assert.Equal(t, []string{"t3", "key_b", "1", "0", "0", "0", "0", "0", "0", "0", "0", "", "", "1"}, recs[4])
 		})
 	}
 
@@ -238,7 +238,7 @@ func TestUsageAPICSV(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	assert.Equal(t, `attachment; filename="usage-2026-12-01-2026-12-01T103000.csv"`, rec.Header().Get("Content-Disposition"))
 	assert.Equal(t, "requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,total_tokens,cost_usd,"+
-		"cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors\n1,500,0,50,0,550,0.250000001,0,100,100,0\n", rec.Body.String())
+		"unpriced_requests,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors\n1,500,0,50,0,550,0.250000001,0,0,100,100,0\n", rec.Body.String())
 }
 
 // Bad parameters are a 400 naming the parameter, also when CSV was asked.

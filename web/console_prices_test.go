@@ -30,7 +30,7 @@ func TestConsolePrices(t *testing.T) {
 		page := body(rec)
 		assert.Contains(t, page, `<section id="prices">`)
 		assert.Contains(t, page, `href="https://openai.com/api/pricing/"`, "the source is a link")
-		assert.Contains(t, page, "2025-12-11")
+		assert.Contains(t, page, "2026-06-28")
 		assert.Contains(t, page, "built-in default")
 		assert.Contains(t, page, `<td data-label="Model"><code>gpt-5.1-codex-mini</code></td>`, "the entries are listed")
 		assert.Contains(t, page, "\ngpt-5.1-codex,default,1.25,0.125,10\ngpt-5.1-codex,priority,2.5,0.25,20\n", "the form holds the current entries")

@@ -256,7 +256,7 @@ func TestConsoleUsageCSV(t *testing.T) {
 		assert.Regexp(t, `^attachment; filename="usage-[0-9T-]+-[0-9T-]+\.csv"$`, rec.Header().Get("Content-Disposition"))
 		lines := strings.Split(strings.TrimSpace(body(rec)), "\n")
 		assert.Equal(t, strings.Join(report.Header([]report.Group{report.GroupDay, report.GroupKey}), ","), lines[0], "day,key by default")
-		assert.Equal(t, "day,key_id,requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,total_tokens,cost_usd,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors", lines[0])
+		assert.Equal(t, "day,key_id,requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,total_tokens,cost_usd,unpriced_requests,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors", lines[0])
 		assert.Len(t, lines, 1+5, "a row per day and key with requests")
 
 		for _, groupBy := range []string{"day,key", "model", "account,thread"} {

@@ -59,7 +59,9 @@ func TestAKeysRequestCountsAgree(t *testing.T) {
 		out, _ := io.ReadAll(resp.Body)
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", out)
 	}
-	input := func(text string) []any { return []any{map[string]any{"type": "message", "role": "user", "content": text}} }
+	input := func(text string) []any {
+		return []any{map[string]any{"type": "message", "role": "user", "content": text}}
+	}
 	post("/backend-api/codex/responses", map[string]any{"model": "gpt-5.5-codex", "stream": true, "input": input("one")})
 	post("/backend-api/codex/responses", map[string]any{"model": "gpt-5.5-codex", "stream": true, "input": input("two")})
 	post("/v1/chat/completions", map[string]any{"model": "gpt-5.5-codex", "messages": []any{map[string]any{"role": "user", "content": "three"}}})

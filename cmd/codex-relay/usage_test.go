@@ -112,9 +112,9 @@ func TestUsageCommand(t *testing.T) {
 		t.Run("csv", func(t *testing.T) {
 			out := usage(t, "-group-by", "day,key", "-csv")
 			assert.Equal(t, "day,key_id,requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,total_tokens,"+
-				"cost_usd,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors\n"+
-				"2026-12-01,key_a,2,1500,250,150,40,1650,1.23461,0.16666666666666666,100,300,0\n"+
-				"2026-12-01,key_b,2,200,200,20,0,220,0.000000001,1,200,200,1\n", out)
+				"cost_usd,unpriced_requests,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors\n"+
+				"2026-12-01,key_a,2,1500,250,150,40,1650,1.23461,0,0.16666666666666666,100,300,0\n"+
+				"2026-12-01,key_b,2,200,200,20,0,220,0.000000001,0,1,200,200,1\n", out)
 		})
 
 		t.Run("json", func(t *testing.T) {

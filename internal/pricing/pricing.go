@@ -8,6 +8,7 @@
 package pricing
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -39,12 +40,17 @@ type Entry struct {
 // as 2025-12-11). ID, CreatedAt and CreatedBy are set when it is stored;
 // the default table has ID DefaultID and no creation time.
 type Table struct {
-	ID        string    `json:"id"`
-	Source    string    `json:"source"`
-	AsOf      string    `json:"as_of"`
-	Entries   []Entry   `json:"entries"`
-	CreatedAt time.Time `json:"created_at"`
-	CreatedBy string    `json:"created_by"`
+	ID      string  `json:"id"`
+	Source  string  `json:"source"`
+	AsOf    string  `json:"as_of"`
+	Entries []Entry `json:"entries"`
+	// FallbackModel names the entry model whose prices stand in for a model
+	// the table does not price (Quote): its cost then counts, in reports
+	// and budgets, marked as unpriced. "": such a model costs nothing, and
+	// a cost limit does not count it.
+	FallbackModel string    `json:"fallback_model,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	CreatedBy     string    `json:"created_by"`
 }
 
 // IsDefault reports whether t is the embedded default rather than a table
@@ -64,10 +70,11 @@ func NormalizeTier(tier string) string {
 }
 
 // Lookup finds the price of model at tier. The model is matched without
-// regard to case: the entry of that exact name, else the entry whose model
-// is the longest that model extends with "-" (a dated snapshot such as
-// gpt-5-codex-2025-09-15 is priced as gpt-5-codex, and gpt-5.1-codex-mini
-// is never priced as gpt-5.1-codex while gpt-5.1-codex-mini has an entry).
+// regard to case: the entry of that exact name, else, for a dated snapshot
+// (the model's name, "-" and a date YYYY-MM-DD, such as
+// gpt-5-codex-2025-09-15), the entry of the model it is a snapshot of. A
+// variant is another model: gpt-5.5-codex is not priced as gpt-5.5 (Quote
+// prices it by the fallback, marked so).
 // Within the model, the entry for the tier (see NormalizeTier), else the
 // model's default-tier entry. ok is false when nothing prices the model.
 //
@@ -95,20 +102,78 @@ func (t Table) Lookup(model, tier string) (Entry, bool) {
 }
 
 // resolve names the entry model that prices model: model itself, else the
-// longest entry model that model extends with "-".
+// model a dated snapshot (model-YYYY-MM-DD) is of.
 func (t Table) resolve(model string) (string, bool) {
-	best, found := "", false
+	base, dated := snapshotOf(model)
+	found := ""
 	for _, e := range t.Entries {
-		m := e.Model
-		switch {
-		case m == "" || len(m) > len(model):
-		case len(m) == len(model):
-			if strings.EqualFold(m, model) {
-				return m, true
-			}
-		case model[len(m)] == '-' && len(m) > len(best) && strings.EqualFold(model[:len(m)], m):
-			best, found = m, true
+		switch m := e.Model; {
+		case m == "":
+		case strings.EqualFold(m, model):
+			return m, true
+		case dated && strings.EqualFold(m, base):
+			found = m
 		}
 	}
-	return best, found
+	return found, found != ""
+}
+
+// snapshotOf reports whether model is a dated snapshot, model-YYYY-MM-DD,
+// and of which model.
+func snapshotOf(model string) (base string, ok bool) {
+	const date = len("-2006-01-02")
+	if len(model) <= date {
+		return "", false
+	}
+	base, d := model[:len(model)-date], model[len(model)-date:]
+	for i, c := range d {
+		switch i {
+		case 0, 5, 8:
+			if c != '-' {
+				return "", false
+			}
+		default:
+			if c < '0' || c > '9' {
+				return "", false
+			}
+		}
+	}
+	return base, true
+}
+
+// Quote is how a table prices one model at one tier.
+type Quote struct {
+	// Entry is the price used: the model's own (Priced), or the fallback
+	// model's; zero when OK is false.
+	Entry Entry
+	// Priced: the table prices the model itself (or the model a dated
+	// snapshot is of). OK: something prices it, itself or the fallback.
+	Priced, OK bool
+}
+
+// Quote prices model at tier as requests are priced: by its own entry
+// (Lookup), else by the fallback model's (marked not Priced), else not at
+// all.
+func (t Table) Quote(model, tier string) Quote {
+	if e, ok := t.Lookup(model, tier); ok {
+		return Quote{Entry: e, Priced: true, OK: true}
+	}
+	if t.FallbackModel != "" {
+		if e, ok := t.Lookup(t.FallbackModel, tier); ok {
+			return Quote{Entry: e, OK: true}
+		}
+	}
+	return Quote{}
+}
+
+// Unpriced lists the models of models the table does not price itself
+// (Lookup at the default tier), in their order, each once.
+func (t Table) Unpriced(models []string) []string {
+	var out []string
+	for _, m := range models {
+		if _, ok := t.Lookup(m, TierDefault); !ok && !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }

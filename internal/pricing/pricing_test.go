@@ -216,7 +216,8 @@ func TestDefault(t *testing.T) {
 	assert.True(t, d.IsDefault())
 	assert.Equal(t, pricing.DefaultID, d.ID)
 	assert.Equal(t, "https://openai.com/api/pricing/", d.Source)
-	assert.Equal(t, "2025-12-11", d.AsOf)
+	assert.Equal(t, "2026-06-28", d.AsOf)
+	assert.Equal(t, "gpt-5.5", d.FallbackModel)
 
 	// 1M uncached input + 1M cached input + 1M output of gpt-5.1-codex:
 	// 1.25 + 0.125 + 10 dollars.

@@ -61,7 +61,8 @@ func (e *FieldError) Path() string {
 // TierPriority, and prices that are finite numbers from 0 to MaxPrice; no
 // two entries for the same model (without regard to case) and tier; a
 // default-tier entry for every model (the other tiers fall back to it); a
-// source of at most MaxSource characters and an as-of of at most MaxAsOf.
+// source of at most MaxSource characters and an as-of of at most MaxAsOf;
+// a fallback model, when named, with a default-tier entry.
 // The error, a *FieldError, names the first problem found.
 func (t Table) Validate() error {
 	switch {
@@ -92,6 +93,12 @@ func (t Table) Validate() error {
 		if _, ok := seen[key{strings.ToLower(e.Model), TierDefault}]; !ok {
 			return &FieldError{Index: i, Model: e.Model, Field: "tier",
 				Problem: "the model has no default-tier price, which the other tiers fall back to"}
+		}
+	}
+	if m := t.FallbackModel; m != "" {
+		if _, ok := seen[key{strings.ToLower(m), TierDefault}]; !ok {
+			return &FieldError{Index: -1, Field: "fallback_model",
+				Problem: fmt.Sprintf("the fallback model %q has no default-tier price in the table", m)}
 		}
 	}
 	return nil

@@ -126,6 +126,9 @@ type Row struct {
 	ReasoningTokens   int64
 	TotalTokens       int64
 	CostNanos         int64 // billionths of a US dollar
+	// UnpricedRequests counts the requests whose model the price table did
+	// not price: their cost is the fallback model's price, or 0 without one.
+	UnpricedRequests int64
 	// TTFTP50MS and TTFTP95MS are the nearest-rank percentiles of the time
 	// to the first output token, over the requests that had one; nil when
 	// none did.
@@ -160,7 +163,7 @@ func (r Row) Value(g Group) (string, bool) {
 // columns asked for (and no others) first, then requests, input_tokens,
 // cached_input_tokens, output_tokens, reasoning_tokens, total_tokens,
 // cost_usd (a number, exact to the nano-dollar, never in exponent
-// notation), cache_hit_rate, ttft_p50_ms, ttft_p95_ms (null without
+// notation), unpriced_requests, cache_hit_rate, ttft_p50_ms, ttft_p95_ms (null without
 // samples), errors and errors_by_class (an object, {} without errors).
 func (r Row) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
@@ -177,10 +180,10 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		fmt.Fprintf(&b, "%q:%s,", g.Column(), s)
 	}
 	fmt.Fprintf(&b, `"requests":%d,"input_tokens":%d,"cached_input_tokens":%d,"output_tokens":%d,`+
-		`"reasoning_tokens":%d,"total_tokens":%d,"cost_usd":%s,"cache_hit_rate":%s,"ttft_p50_ms":%s,`+
+		`"reasoning_tokens":%d,"total_tokens":%d,"cost_usd":%s,"unpriced_requests":%d,"cache_hit_rate":%s,"ttft_p50_ms":%s,`+
 		`"ttft_p95_ms":%s,"errors":%d,"errors_by_class":`,
 		r.Requests, r.InputTokens, r.CachedInputTokens, r.OutputTokens, r.ReasoningTokens, r.TotalTokens,
-		FormatUSD(r.CostNanos), formatRate(r.CacheHitRate()), jsonMillis(r.TTFTP50MS), jsonMillis(r.TTFTP95MS), r.Errors)
+		FormatUSD(r.CostNanos), r.UnpricedRequests, formatRate(r.CacheHitRate()), jsonMillis(r.TTFTP50MS), jsonMillis(r.TTFTP95MS), r.Errors)
 	byClass := r.ErrorsByClass
 	if byClass == nil {
 		byClass = map[string]int64{}
@@ -346,6 +349,9 @@ func (a *Aggregator) Add(r store.UsageRow) {
 	row.ReasoningTokens += r.ReasoningTokens
 	row.TotalTokens += r.TotalTokens
 	row.CostNanos += r.CostNanos
+	if r.Unpriced {
+		row.UnpricedRequests++
+	}
 	if IsError(r) {
 		row.Errors++
 		row.ErrorsByClass[ErrorClass(r)]++
@@ -391,7 +397,7 @@ func Aggregate(rows iter.Seq[store.UsageRow], groups []Group, loc *time.Location
 
 // MetricColumns are the CSV columns after the group columns.
 var MetricColumns = []string{"requests", "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens",
-	"total_tokens", "cost_usd", "cache_hit_rate", "ttft_p50_ms", "ttft_p95_ms", "errors"}
+	"total_tokens", "cost_usd", "unpriced_requests", "cache_hit_rate", "ttft_p50_ms", "ttft_p95_ms", "errors"}
 
 // Header is a report's CSV header: the group columns in the order asked,
 // then MetricColumns.
@@ -422,7 +428,7 @@ func WriteCSV(w io.Writer, groups []Group, rows []Row) error {
 			rec = append(rec, SafeCell(v))
 		}
 		rec = append(rec, itoa(r.Requests), itoa(r.InputTokens), itoa(r.CachedInputTokens), itoa(r.OutputTokens),
-			itoa(r.ReasoningTokens), itoa(r.TotalTokens), FormatUSD(r.CostNanos), formatRate(r.CacheHitRate()),
+			itoa(r.ReasoningTokens), itoa(r.TotalTokens), FormatUSD(r.CostNanos), itoa(r.UnpricedRequests), formatRate(r.CacheHitRate()),
 			csvMillis(r.TTFTP50MS), csvMillis(r.TTFTP95MS), itoa(r.Errors))
 		if err := cw.Write(rec); err != nil {
 			return fmt.Errorf("write csv: %w", err)

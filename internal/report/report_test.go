@@ -83,7 +83,7 @@ func TestGroupColumns(t *testing.T) {
 	groups, err := report.ParseGroups("key,account,model,thread,day,hour")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"key_id", "account_id", "model", "thread", "day", "hour", "requests", "input_tokens",
-		"cached_input_tokens", "output_tokens", "reasoning_tokens", "total_tokens", "cost_usd", "cache_hit_rate",
+		"cached_input_tokens", "output_tokens", "reasoning_tokens", "total_tokens", "cost_usd", "unpriced_requests", "cache_hit_rate",
 		"ttft_p50_ms", "ttft_p95_ms", "errors"}, report.Header(groups))
 }
 
@@ -360,7 +360,7 @@ func TestExactSums(t *testing.T) {
 	assert.Contains(t, string(raw), `"cost_usd":0.30000001,`, "0.1 + 0.2 + 10 nano-dollars, exactly")
 	var buf bytes.Buffer
 	require.NoError(t, report.WriteCSV(&buf, nil, got))
-	assert.Contains(t, buf.String(), "\n12,9007199254740995,0,0,0,9007199254740995,0.30000001,0,,,0\n")
+	assert.Contains(t, buf.String(), "\n12,9007199254740995,0,0,0,9007199254740995,0.30000001,0,0,,,0\n")
 }
 
 // The JSON of a row is the contract's, field for field.
@@ -371,23 +371,23 @@ func TestRowJSON(t *testing.T) {
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"rows":[
 		{"key_id":"key_a","model":"gpt-5.4","requests":1,"input_tokens":200,"cached_input_tokens":0,"output_tokens":20,
-		 "reasoning_tokens":0,"total_tokens":220,"cost_usd":0.000002,"cache_hit_rate":0,"ttft_p50_ms":100,"ttft_p95_ms":100,
+		 "reasoning_tokens":0,"total_tokens":220,"cost_usd":0.000002,"unpriced_requests":0,"cache_hit_rate":0,"ttft_p50_ms":100,"ttft_p95_ms":100,
 		 "errors":0,"errors_by_class":{}},
 		{"key_id":"key_a","model":"gpt-5.5","requests":1,"input_tokens":300,"cached_input_tokens":300,"output_tokens":30,
-		 "reasoning_tokens":5,"total_tokens":330,"cost_usd":0.000003,"cache_hit_rate":1,"ttft_p50_ms":200,"ttft_p95_ms":200,
+		 "reasoning_tokens":5,"total_tokens":330,"cost_usd":0.000003,"unpriced_requests":0,"cache_hit_rate":1,"ttft_p50_ms":200,"ttft_p95_ms":200,
 		 "errors":0,"errors_by_class":{}},
 		{"key_id":"key_b","model":"gpt-5.4","requests":1,"input_tokens":0,"cached_input_tokens":0,"output_tokens":0,
-		 "reasoning_tokens":0,"total_tokens":0,"cost_usd":0,"cache_hit_rate":0,"ttft_p50_ms":null,"ttft_p95_ms":null,
+		 "reasoning_tokens":0,"total_tokens":0,"cost_usd":0,"unpriced_requests":0,"cache_hit_rate":0,"ttft_p50_ms":null,"ttft_p95_ms":null,
 		 "errors":1,"errors_by_class":{"usage_limit_reached":1}},
 		{"key_id":"key_b","model":"gpt-5.5","requests":1,"input_tokens":100,"cached_input_tokens":50,"output_tokens":10,
-		 "reasoning_tokens":2,"total_tokens":110,"cost_usd":0.000001,"cache_hit_rate":0.5,"ttft_p50_ms":300,"ttft_p95_ms":300,
+		 "reasoning_tokens":2,"total_tokens":110,"cost_usd":0.000001,"unpriced_requests":0,"cache_hit_rate":0.5,"ttft_p50_ms":300,"ttft_p95_ms":300,
 		 "errors":0,"errors_by_class":{}}
 	]}`, string(raw))
 	// Group columns first, in the order asked, then the metrics in the
 	// documented order.
 	assert.True(t, strings.HasPrefix(string(raw), `{"rows":[{"key_id":"key_a","model":"gpt-5.4","requests":1,"input_tokens":200,`+
 		`"cached_input_tokens":0,"output_tokens":20,"reasoning_tokens":0,"total_tokens":220,"cost_usd":0.000002,`+
-		`"cache_hit_rate":0,"ttft_p50_ms":100,"ttft_p95_ms":100,"errors":0,"errors_by_class":{}}`), string(raw))
+		`"unpriced_requests":0,"cache_hit_rate":0,"ttft_p50_ms":100,"ttft_p95_ms":100,"errors":0,"errors_by_class":{}}`), string(raw))
 }
 
 // Without groups there is one totals row, with no group column, even when
@@ -399,7 +399,7 @@ func TestTotalsRow(t *testing.T) {
 	raw, err := json.Marshal(empty[0])
 	require.NoError(t, err)
 	assert.Equal(t, `{"requests":0,"input_tokens":0,"cached_input_tokens":0,"output_tokens":0,"reasoning_tokens":0,`+
-		`"total_tokens":0,"cost_usd":0,"cache_hit_rate":0,"ttft_p50_ms":null,"ttft_p95_ms":null,"errors":0,"errors_by_class":{}}`,
+		`"total_tokens":0,"cost_usd":0,"unpriced_requests":0,"cache_hit_rate":0,"ttft_p50_ms":null,"ttft_p95_ms":null,"errors":0,"errors_by_class":{}}`,
 		string(raw))
 
 	all := aggregate(sampleRows(), nil, time.UTC)
@@ -407,7 +407,7 @@ func TestTotalsRow(t *testing.T) {
 	raw, err = json.Marshal(all[0])
 	require.NoError(t, err)
 	assert.Equal(t, `{"requests":4,"input_tokens":600,"cached_input_tokens":350,"output_tokens":60,"reasoning_tokens":7,`+
-		`"total_tokens":660,"cost_usd":0.000006,"cache_hit_rate":0.5833333333333334,"ttft_p50_ms":200,"ttft_p95_ms":300,`+
+		`"total_tokens":660,"cost_usd":0.000006,"unpriced_requests":0,"cache_hit_rate":0.5833333333333334,"ttft_p50_ms":200,"ttft_p95_ms":300,`+
 		`"errors":1,"errors_by_class":{"usage_limit_reached":1}}`, string(raw))
 
 	assert.Empty(t, aggregate(nil, []report.Group{report.GroupKey}, time.UTC), "grouped and empty: no rows")
@@ -467,22 +467,22 @@ func TestWriteCSV(t *testing.T) {
 	require.NoError(t, report.WriteCSV(&buf, groups, aggregate(rows, groups, time.UTC)))
 	out := buf.String()
 	assert.True(t, strings.HasPrefix(out, "thread,model,day,requests,input_tokens,cached_input_tokens,output_tokens,"+
-		"reasoning_tokens,total_tokens,cost_usd,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors\n"), out)
+		"reasoning_tokens,total_tokens,cost_usd,unpriced_requests,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors\n"), out)
 
 	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	require.NoError(t, err, "valid CSV")
 	require.Len(t, recs, 8)
 	cells := map[string][]string{}
 	for _, r := range recs[1:] {
-		require.Len(t, r, 14)
+		require.Len(t, r, 15)
 		cells[r[0]] = r
 	}
 	for _, want := range []string{`'=HYPERLINK("http://x")`, "'+1", "'-2", "'@SUM(A1)", "'\tx", "a,b \"c\"\nd", "plain"} {
 		assert.Contains(t, cells, want, "thread cell %q", want)
 	}
-	assert.Equal(t, []string{`'=HYPERLINK("http://x")`, "m", "2026-11-30", "1", "4", "1", "0", "0", "0", "1.5", "0.25", "42", "42", "0"},
+	assert.Equal(t, []string{`'=HYPERLINK("http://x")`, "m", "2026-11-30", "1", "4", "1", "0", "0", "0", "1.5", "0", "0.25", "42", "42", "0"},
 		cells[`'=HYPERLINK("http://x")`])
-	assert.Equal(t, []string{"a,b \"c\"\nd", "m", "2026-11-30", "1", "0", "0", "0", "0", "0", "0", "0", "", "", "1"},
+	assert.Equal(t, []string{"a,b \"c\"\nd", "m", "2026-11-30", "1", "0", "0", "0", "0", "0", "0", "0", "0", "", "", "1"},
 		cells["a,b \"c\"\nd"], "quoted as RFC 4180, empty percentiles")
 	assert.Equal(t, "'-model", cells["plain"][1], "every user-controlled column is defused")
 	assert.Contains(t, out, `"a,b ""c""`+"\nd\"", "quotes doubled inside a quoted cell")
@@ -490,7 +490,7 @@ func TestWriteCSV(t *testing.T) {
 	buf.Reset()
 	require.NoError(t, report.WriteCSV(&buf, nil, aggregate(nil, nil, time.UTC)))
 	assert.Equal(t, "requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,total_tokens,cost_usd,"+
-		"cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors\n0,0,0,0,0,0,0,0,,,0\n", buf.String())
+		"unpriced_requests,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors\n0,0,0,0,0,0,0,0,0,,,0\n", buf.String())
 }
 
 func TestSafeCell(t *testing.T) {
@@ -535,4 +535,31 @@ func FuzzUSD(f *testing.F) {
 		require.NoError(t, err)
 		assert.Equal(t, n, back, "FormatUSD and ParseUSD agree")
 	})
+}
+
+// A row counts the requests priced by the fallback (unpriced), in JSON and
+// CSV alike.
+func TestUnpricedRequestsAreCounted(t *testing.T) {
+	t.Parallel()
+	day := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	rows := aggregate([]store.UsageRow{
+		{StartedAt: day, Model: "gpt-6-sol", Status: 200, CostNanos: 30, Unpriced: true},
+		{StartedAt: day, Model: "gpt-6-sol", Status: 200, CostNanos: 40, Unpriced: true},
+		{StartedAt: day, Model: "gpt-5.5", Status: 200, CostNanos: 50},
+	}, []report.Group{report.GroupModel}, time.UTC)
+	require.Len(t, rows, 2)
+	byModel := map[string]report.Row{}
+	for _, r := range rows {
+		m, _ := r.Value(report.GroupModel)
+		byModel[m] = r
+	}
+	assert.Equal(t, int64(2), byModel["gpt-6-sol"].UnpricedRequests)
+	assert.Equal(t, int64(70), byModel["gpt-6-sol"].CostNanos, "their cost is the fallback's, counted")
+	assert.Zero(t, byModel["gpt-5.5"].UnpricedRequests)
+	raw, err := json.Marshal(byModel["gpt-6-sol"])
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `"unpriced_requests":2,`)
+	var buf bytes.Buffer
+	require.NoError(t, report.WriteCSV(&buf, []report.Group{report.GroupModel}, rows))
+	assert.Contains(t, buf.String(), "\ngpt-6-sol,2,0,0,0,0,0,0.00000007,2,")
 }

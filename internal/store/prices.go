@@ -29,19 +29,20 @@ type priceTableRow struct {
 	Source    string `db:"source"`
 	AsOf      string `db:"as_of"`
 	Entries   string `db:"entries"`
+	Fallback  string `db:"fallback_model"`
 	CreatedAt int64  `db:"created_at"`
 	CreatedBy string `db:"created_by"`
 }
 
 func (r priceTableRow) table() (pricing.Table, error) {
-	t := pricing.Table{ID: r.ID, Source: r.Source, AsOf: r.AsOf, CreatedAt: time.UnixMilli(r.CreatedAt).UTC(), CreatedBy: r.CreatedBy}
+	t := pricing.Table{ID: r.ID, Source: r.Source, AsOf: r.AsOf, FallbackModel: r.Fallback, CreatedAt: time.UnixMilli(r.CreatedAt).UTC(), CreatedBy: r.CreatedBy}
 	if err := json.Unmarshal([]byte(r.Entries), &t.Entries); err != nil {
 		return pricing.Table{}, fmt.Errorf("price table %s: entries: %w", r.ID, err)
 	}
 	return t, nil
 }
 
-const priceTableColumns = `id, source, as_of, entries, created_at, created_by`
+const priceTableColumns = `id, source, as_of, entries, created_at, created_by, fallback_model`
 
 // PriceTable returns the table requests are priced with: the newest one
 // stored, or pricing.Default() (ID pricing.DefaultID) while none is.
@@ -100,9 +101,9 @@ func (s *Store) SavePriceTable(ctx context.Context, t pricing.Table, by string) 
 	}
 	created := time.UnixMilli(at).UTC()
 	saved := pricing.Table{ID: NewID("prc", created), Source: t.Source, AsOf: t.AsOf, Entries: slices.Clone(t.Entries),
-		CreatedAt: created, CreatedBy: by}
-	_, err = s.exec(ctx, `INSERT INTO price_tables (`+priceTableColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
-		saved.ID, saved.Source, saved.AsOf, string(entries), saved.CreatedAt.UnixMilli(), saved.CreatedBy)
+		FallbackModel: t.FallbackModel, CreatedAt: created, CreatedBy: by}
+	_, err = s.exec(ctx, `INSERT INTO price_tables (`+priceTableColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		saved.ID, saved.Source, saved.AsOf, string(entries), saved.CreatedAt.UnixMilli(), saved.CreatedBy, saved.FallbackModel)
 	// Dropped even when the insert failed: it may have been committed.
 	(&s.prices).changed()
 	if err != nil {

@@ -34,8 +34,11 @@ func TestPriceTableDefaultsUntilOneIsSaved(t *testing.T) {
 		assert.Empty(t, hist, "the default is never stored")
 
 		c.Add(time.Minute)
-		saved, err := s.SavePriceTable(ctx, priceTable("https://example.com/prices", 1.5), "admin")
+		withFallback := priceTable("https://example.com/prices", 1.5)
+		withFallback.FallbackModel = withFallback.Entries[0].Model
+		saved, err := s.SavePriceTable(ctx, withFallback, "admin")
 		require.NoError(t, err)
+		assert.Equal(t, withFallback.FallbackModel, saved.FallbackModel)
 		assert.True(t, strings.HasPrefix(saved.ID, "prc_"), saved.ID)
 		assert.True(t, saved.CreatedAt.Equal(c.Now()), "created at the store's clock")
 		assert.Equal(t, "admin", saved.CreatedBy)

@@ -38,6 +38,9 @@ type RequestRecord struct {
 	// Charged reports that the request counts toward its key's budgets: the
 	// upstream did work for it.
 	Charged bool
+	// Unpriced: the price table does not price the request's model, and
+	// CostNanos is the fallback model's price (or 0 without one).
+	Unpriced bool
 	// FirstOutput is the time to the first output token the client got
 	// (zero: none).
 	FirstOutput time.Duration
@@ -74,6 +77,7 @@ type requestRow struct {
 	TotalTokens  int64  `db:"total_tokens"`
 	CostNanos    int64  `db:"cost_nanos"`
 	Charged      int    `db:"charged"`
+	Unpriced     int    `db:"unpriced"`
 	FirstOutMS   *int64 `db:"first_output_ms"`
 	Policy       string `db:"policy"`
 }
@@ -84,7 +88,7 @@ func (r requestRow) record() RequestRecord {
 		Status: r.Status, ErrorCode: r.ErrorCode, Recovery: r.Recovery, StartedAt: time.UnixMilli(r.StartedAt).UTC(),
 		Duration: time.Duration(r.DurationMS) * time.Millisecond, InputTokens: r.InputTokens,
 		OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens, ModelServed: r.ModelServed, ServiceTier: r.ServiceTier,
-		ReasoningTokens: r.Reasoning, TotalTokens: r.TotalTokens, CostNanos: r.CostNanos, Charged: r.Charged != 0,
+		ReasoningTokens: r.Reasoning, TotalTokens: r.TotalTokens, CostNanos: r.CostNanos, Charged: r.Charged != 0, Unpriced: r.Unpriced != 0,
 		Policy: r.Policy}
 	if r.FirstEventMS != nil {
 		out.FirstEvent = time.Duration(*r.FirstEventMS) * time.Millisecond
@@ -97,7 +101,7 @@ func (r requestRow) record() RequestRecord {
 
 const requestColumns = `id, client_key_id, thread_key, session_id, thread_id, account_id, transport, path, model,
 	status, error_code, recovery, started_at, first_event_ms, duration_ms, input_tokens, output_tokens, cached_tokens,
-	model_served, service_tier, reasoning_tokens, total_tokens, cost_nanos, charged, first_output_ms, policy`
+	model_served, service_tier, reasoning_tokens, total_tokens, cost_nanos, charged, first_output_ms, policy, unpriced`
 
 const attemptColumns = `id, request_id, seq, thread_key, session_id, thread_id, account_id, from_account_id, transport,
 	class, recovery, action, status, error_code, detail, started_at, ended_at, first_event_ms`
@@ -107,8 +111,8 @@ const (
 	insertRequest = `INSERT INTO requests (id, client_key_id, thread_key, session_id, thread_id,
 		account_id, transport, path, model, status, error_code, recovery, started_at, first_event_ms, duration_ms,
 		input_tokens, output_tokens, cached_tokens, model_served, service_tier, reasoning_tokens, total_tokens,
-		cost_nanos, charged, first_output_ms, policy)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		cost_nanos, charged, first_output_ms, policy, unpriced)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`
 	// settleReservation ends a request's budget reservation: its use is now
 	// in its log row, written in the same transaction.
@@ -175,15 +179,18 @@ func logRequest(ctx context.Context, exec execFunc, r RequestRecord) error {
 	if r.ID == "" {
 		r.ID = NewID("req", r.StartedAt)
 	}
-	charged := 0
+	charged, unpriced := 0, 0
 	if r.Charged {
 		charged = 1
+	}
+	if r.Unpriced {
+		unpriced = 1
 	}
 	_, err := exec(ctx, insertRequest,
 		r.ID, r.ClientKeyID, r.ThreadKey, r.SessionID, r.ThreadID, r.AccountID, r.Transport, r.Path, r.Model,
 		r.Status, r.ErrorCode, r.Recovery, r.StartedAt.UnixMilli(), optMillis(r.FirstEvent), r.Duration.Milliseconds(),
 		r.InputTokens, r.OutputTokens, r.CachedTokens, r.ModelServed, r.ServiceTier, r.ReasoningTokens, r.TotalTokens,
-		r.CostNanos, charged, optMillis(r.FirstOutput), r.Policy)
+		r.CostNanos, charged, optMillis(r.FirstOutput), r.Policy, unpriced)
 	if err != nil {
 		return fmt.Errorf("log request: %w", err)
 	}

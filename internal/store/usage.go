@@ -38,6 +38,7 @@ type UsageRow struct {
 	TotalTokens     int64
 	CostNanos       int64 // billionths of a US dollar
 	Charged         bool
+	Unpriced        bool // priced by the table's fallback model (or not at all)
 	// FirstEventMS and FirstOutputMS are the milliseconds to the first
 	// event and to the first output token the client got; nil when there
 	// was none.
@@ -63,6 +64,7 @@ type usageRowDB struct {
 	TotalTokens  int64  `db:"total_tokens"`
 	CostNanos    int64  `db:"cost_nanos"`
 	Charged      int    `db:"charged"`
+	Unpriced     int    `db:"unpriced"`
 	FirstEventMS *int64 `db:"first_event_ms"`
 	FirstOutMS   *int64 `db:"first_output_ms"`
 	DurationMS   int64  `db:"duration_ms"`
@@ -73,12 +75,12 @@ func (r usageRowDB) row() UsageRow {
 		ThreadID: r.ThreadID, Model: r.Model, ModelServed: r.ModelServed, ServiceTier: r.ServiceTier,
 		Status: r.Status, ErrorCode: r.ErrorCode, InputTokens: r.InputTokens, CachedTokens: r.CachedTokens,
 		OutputTokens: r.OutputTokens, ReasoningTokens: r.Reasoning, TotalTokens: r.TotalTokens,
-		CostNanos: r.CostNanos, Charged: r.Charged != 0, FirstEventMS: r.FirstEventMS, FirstOutputMS: r.FirstOutMS,
+		CostNanos: r.CostNanos, Charged: r.Charged != 0, Unpriced: r.Unpriced != 0, FirstEventMS: r.FirstEventMS, FirstOutputMS: r.FirstOutMS,
 		DurationMS: r.DurationMS}
 }
 
 const usageColumns = `started_at, client_key_id, account_id, thread_id, model, model_served, service_tier, status,
-	error_code, input_tokens, cached_tokens, output_tokens, reasoning_tokens, total_tokens, cost_nanos, charged,
+	error_code, input_tokens, cached_tokens, output_tokens, reasoning_tokens, total_tokens, cost_nanos, charged, unpriced,
 	first_event_ms, first_output_ms, duration_ms`
 
 // usageWhere builds the WHERE clause of a usage query.

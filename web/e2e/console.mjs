@@ -22,7 +22,7 @@ const budgetedKey = must("BUDGETED_KEY");
 
 // The CSV contract of GET /api/v1/usage grouped by day and key: its header line.
 const usageCSVHeader =
-  "day,key_id,requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,total_tokens,cost_usd,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors";
+  "day,key_id,requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,total_tokens,cost_usd,unpriced_requests,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors";
 
 function must(name) {
   const v = process.env[name];
