@@ -428,6 +428,63 @@ func TestCodexKeyBudgetAndUsageReport(t *testing.T) {
 	}
 }
 
+// The README's model, gpt-5.5-codex, has no published price: the real Codex
+// CLI under a key limited to a millionth of a dollar a day gets one turn,
+// priced at the default table's fallback (gpt-5.5) and marked unpriced, and
+// the next turn is refused as over the limit. Before the fallback it cost $0
+// and the limit let every turn through.
+func TestCodexCostLimitForTheREADMEModel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	const admin = "cra_test_admin_token_cost"
+	front := httptest.NewServer(web.New(web.Config{Store: h.store, AdminTokenHash: web.HashAdminToken(admin), Client: h.relay,
+		Relay: h.relay, Registry: prometheus.NewRegistry(), Gatherer: prometheus.NewRegistry()}))
+	t.Cleanup(front.Close)
+	ctx := context.Background()
+	k, secret, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "a millionth of a dollar",
+		Limits: []budget.Limit{{Metric: budget.CostUSD, Window: budget.Day, Max: 0.000001}}})
+	require.NoError(t, err)
+	codex := codexcli.New(t, codexcli.Provider{BaseURL: front.URL + "/backend-api/codex", WebSockets: true, Key: secret,
+		RequestMaxRetries: ptr(1), StreamMaxRetries: ptr(1)})
+	first, err := codex.Exec(ctx, "the one turn a millionth of a dollar buys", codexcli.RunOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, first.ExitCode, first.Stderr)
+	second, err := codex.Exec(ctx, "one turn too many", codexcli.RunOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, 0, second.ExitCode, "the limit refuses the second turn")
+	assert.Contains(t, strings.ToLower(strings.Join(second.Errors, " ")), "try again at", "Codex shows the key's reset: %v", second.Errors)
+
+	rows := requestRows(t, h.store, k.ID)
+	var charged, unpriced int
+	for _, r := range rows {
+		if r.TotalTokens > 0 {
+			assert.Equal(t, "gpt-5.5-codex", r.Model)
+			assert.True(t, r.Unpriced, "no entry of its own: marked unpriced")
+			assert.Positive(t, r.CostNanos, "priced at the fallback's prices")
+		}
+		if r.Charged {
+			charged++
+		}
+		if r.Unpriced {
+			unpriced++
+		}
+	}
+	assert.Equal(t, 1, charged, "one turn charged, the rest refused: %+v", rows)
+	req, err := http.NewRequest(http.MethodGet, front.URL+"/api/v1/usage?group_by=key&key="+k.ID, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var report struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&report))
+	resp.Body.Close()
+	require.Len(t, report.Rows, 1)
+	assert.EqualValues(t, unpriced, report.Rows[0]["unpriced_requests"])
+	assert.Positive(t, report.Rows[0]["cost_usd"])
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // metricValue reads one series of a counter or gauge from reg (0 when it

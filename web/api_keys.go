@@ -4,13 +4,16 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/codexrelay/codex-relay/internal/budget"
+	"github.com/codexrelay/codex-relay/internal/pricing"
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
 )
@@ -36,6 +39,9 @@ type KeyView struct {
 	ModelAliases       map[string]string `json:"model_aliases"`
 	MaxReasoningEffort string            `json:"max_reasoning_effort"`
 	PriorityTier       string            `json:"priority_tier"`
+	// Warnings say where the key's limits will not count what the operator
+	// may expect (costKeyWarnings); absent when there is nothing to say.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // LimitView is one limit of a key as the API shows it: max, what is used
@@ -88,6 +94,13 @@ func (s *Server) viewKeyUse(ctx context.Context, k store.ClientKey) (KeyView, er
 	if len(k.Limits) == 0 {
 		return v, nil
 	}
+	if hasCostLimit(k.Limits) {
+		t, err := s.cfg.Store.PriceTable(ctx)
+		if err != nil {
+			return v, err
+		}
+		v.Warnings = costKeyWarnings(k, t)
+	}
 	use, err := s.keyBudget(ctx, k)
 	if err != nil {
 		return v, err
@@ -103,6 +116,44 @@ func (s *Server) viewKeyUse(ctx context.Context, k store.ClientKey) (KeyView, er
 		}
 	}
 	return v, nil
+}
+
+func hasCostLimit(ls []budget.Limit) bool {
+	return slices.ContainsFunc(ls, func(l budget.Limit) bool { return l.Metric == budget.CostUSD })
+}
+
+// costKeyWarnings says, for a key with a cost_usd limit, which requests the
+// price table t cannot cost as the operator may expect: a model the key may
+// use (its allow-list, an alias's model) that t does not price is costed at
+// t's fallback model, marked unpriced, or, without a fallback, costs
+// nothing and the limit never counts it; a key that may use any model, with
+// no fallback, has the same hole for every model t does not price.
+func costKeyWarnings(k store.ClientKey, t pricing.Table) []string {
+	if !hasCostLimit(k.Limits) {
+		return nil
+	}
+	var models []string
+	for _, m := range k.Models {
+		models = append(models, cmp.Or(k.Policy.ModelAliases[m], m))
+	}
+	targets := make([]string, 0, len(k.Policy.ModelAliases))
+	for _, m := range k.Policy.ModelAliases {
+		targets = append(targets, m)
+	}
+	slices.Sort(targets)
+	models = append(models, targets...)
+	var out []string
+	for _, m := range t.Unpriced(models) {
+		if t.FallbackModel != "" {
+			out = append(out, fmt.Sprintf("the price table does not price %s: the cost_usd limit counts its requests at %s's prices (the table's fallback_model), and usage reports mark them unpriced", m, t.FallbackModel))
+		} else {
+			out = append(out, fmt.Sprintf("the price table does not price %s and has no fallback_model: its requests cost $0 and the cost_usd limit never counts them; add %s to the price table or set a fallback_model", m, m))
+		}
+	}
+	if len(k.Models) == 0 && t.FallbackModel == "" {
+		out = append(out, "the key may ask for any model and the price table has no fallback_model: a model the table does not price costs $0 and the cost_usd limit never counts it; give the key an allow-list of priced models or set a fallback_model")
+	}
+	return out
 }
 
 // keyBudget reads how a key's limits stand: settled use, and the requests

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/internal/budget"
+	"github.com/codexrelay/codex-relay/internal/pricing"
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/internal/store/storetest"
 )
@@ -91,5 +93,79 @@ func TestKeyLimitsAPI(t *testing.T) {
 			_, field := errorOf(t, body)
 			assert.Equal(t, b.field, field, "body %v", b.body)
 		}
+	})
+}
+
+// A cost_usd limit warns where the price table cannot cost a model the key
+// may use: costed at the fallback and marked unpriced, or, with no
+// fallback, not counted at all.
+func TestCostKeyWarnings(t *testing.T) {
+	table := pricing.Table{FallbackModel: "gpt-5.5", Entries: []pricing.Entry{
+		{Model: "gpt-5.5", Tier: pricing.TierDefault, Input: 5, Output: 30},
+		{Model: "gpt-5.4", Tier: pricing.TierDefault, Input: 2.5, Output: 15},
+	}}
+	bare := table
+	bare.FallbackModel = ""
+	cost := []budget.Limit{{Metric: budget.CostUSD, Window: budget.Day, Max: 1}}
+	tokens := []budget.Limit{{Metric: budget.Tokens, Window: budget.Day, Max: 1}}
+	for _, c := range []struct {
+		name  string
+		key   store.ClientKey
+		table pricing.Table
+		want  []string // each warning's model, or "any" for the any-model hole
+	}{
+		{"no cost limit: nothing to say", store.ClientKey{Limits: tokens, Models: []string{"gpt-5.5-codex"}}, bare, nil},
+		{"priced models", store.ClientKey{Limits: cost, Models: []string{"gpt-5.4", "gpt-5.5-2026-05-01"}}, bare, nil},
+		{"any model with a fallback", store.ClientKey{Limits: cost}, table, nil},
+		{"any model without a fallback", store.ClientKey{Limits: cost}, bare, []string{"any"}},
+		{"an unpriced model at the fallback", store.ClientKey{Limits: cost, Models: []string{"gpt-5.5-codex", "gpt-5.4"}}, table, []string{"gpt-5.5-codex"}},
+		{"an unpriced model without a fallback", store.ClientKey{Limits: cost, Models: []string{"gpt-5.5-codex"}}, bare, []string{"gpt-5.5-codex"}},
+		{"an alias's model is what is priced", store.ClientKey{Limits: cost, Models: []string{"fast"},
+			Policy: store.KeyPolicy{ModelAliases: map[string]string{"fast": "gpt-5.4-mini"}}}, table, []string{"gpt-5.4-mini"}},
+		{"an alias to a priced model", store.ClientKey{Limits: cost, Models: []string{"fast"},
+			Policy: store.KeyPolicy{ModelAliases: map[string]string{"fast": "gpt-5.4"}}}, table, nil},
+		{"aliases beside any model", store.ClientKey{Limits: cost,
+			Policy: store.KeyPolicy{ModelAliases: map[string]string{"b": "zz-2", "a": "zz-1"}}}, bare, []string{"zz-1", "zz-2", "any"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := costKeyWarnings(c.key, c.table)
+			require.Len(t, got, len(c.want), "%q", got)
+			for i, m := range c.want {
+				switch {
+				case m == "any":
+					assert.Contains(t, got[i], "any model")
+				case c.table.FallbackModel != "":
+					assert.Contains(t, got[i], "does not price "+m+": the cost_usd limit counts its requests at "+c.table.FallbackModel+"'s prices")
+				default:
+					assert.Contains(t, got[i], "does not price "+m+" and has no fallback_model: its requests cost $0")
+				}
+			}
+		})
+	}
+}
+
+// The key's API answers carry the warnings: on create, patch and get.
+func TestCostLimitWarningsInTheAPI(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		srv := newTestServer(t, s)
+		code, k, raw := call(t, srv, http.MethodPost, "/api/v1/keys", testAdminToken, map[string]any{
+			"name": "capped", "models": []string{"gpt-5.5-codex"},
+			"limits": []map[string]any{{"metric": "cost_usd", "window": "day", "max": 1}},
+		})
+		require.Equal(t, http.StatusCreated, code, raw)
+		require.Len(t, k["warnings"], 1, raw)
+		assert.Contains(t, k["warnings"].([]any)[0], "does not price gpt-5.5-codex: the cost_usd limit counts its requests at gpt-5.5's prices")
+		id := k["id"].(string)
+		code, k, raw = call(t, srv, http.MethodPatch, "/api/v1/keys/"+id, testAdminToken, map[string]any{"models": []string{"gpt-5.4"}})
+		require.Equal(t, http.StatusOK, code, raw)
+		_, has := k["warnings"]
+		assert.False(t, has, "a priced model: nothing to warn of (%s)", raw)
+		code, k, raw = call(t, srv, http.MethodPatch, "/api/v1/keys/"+id, testAdminToken, map[string]any{"models": []string{"my-model"}})
+		require.Equal(t, http.StatusOK, code, raw)
+		require.Len(t, k["warnings"], 1, raw)
+		code, k, raw = call(t, srv, http.MethodGet, "/api/v1/keys/"+id, testAdminToken, nil)
+		require.Equal(t, http.StatusOK, code, raw)
+		require.Len(t, k["warnings"], 1, raw)
+		assert.Contains(t, k["warnings"].([]any)[0], "my-model")
 	})
 }

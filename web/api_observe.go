@@ -154,6 +154,7 @@ type requestView struct {
 	ReasoningTokens int64   `json:"reasoning_tokens"`
 	TotalTokens     int64   `json:"total_tokens"`
 	CostUSD         float64 `json:"cost_usd"`
+	Unpriced        bool    `json:"unpriced"`
 	Charged         bool    `json:"charged"`
 	FirstOutputMS   *int64  `json:"first_output_ms"`
 	Policy          string  `json:"policy"`
@@ -167,6 +168,7 @@ func viewRequest(r store.RequestRecord) requestView {
 		OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens}
 	v.ModelServed, v.ServiceTier, v.ReasoningTokens, v.TotalTokens = r.ModelServed, r.ServiceTier, r.ReasoningTokens, r.TotalTokens
 	v.CostUSD, v.Charged, v.FirstOutputMS, v.Policy = float64(r.CostNanos)/1e9, r.Charged, optMillis(r.FirstOutput), r.Policy
+	v.Unpriced = r.Unpriced
 	return v
 }
 

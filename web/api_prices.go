@@ -24,6 +24,9 @@ type PriceTableView struct {
 	CreatedBy string          `json:"created_by"`
 	Default   bool            `json:"default"`
 	Entries   []pricing.Entry `json:"entries"`
+	// FallbackModel prices a model without an entry of its own (such a
+	// request is marked unpriced); "" when there is none.
+	FallbackModel string `json:"fallback_model"`
 }
 
 func viewPriceTable(t pricing.Table) PriceTableView {
@@ -32,7 +35,7 @@ func viewPriceTable(t pricing.Table) PriceTableView {
 		entries = []pricing.Entry{}
 	}
 	return PriceTableView{ID: t.ID, Source: t.Source, AsOf: t.AsOf, CreatedAt: optTime(t.CreatedAt), CreatedBy: t.CreatedBy,
-		Default: t.IsDefault(), Entries: entries}
+		Default: t.IsDefault(), Entries: entries, FallbackModel: t.FallbackModel}
 }
 
 // PriceTableForm is the body of PUT /prices: the whole new table.
@@ -40,6 +43,10 @@ type PriceTableForm struct {
 	Source  string           `json:"source"`
 	AsOf    string           `json:"as_of"`
 	Entries []PriceEntryForm `json:"entries"`
+	// FallbackModel names one of the entries' models, whose prices stand
+	// in for a model the table does not price; empty: none (such a model
+	// then costs nothing).
+	FallbackModel string `json:"fallback_model"`
 }
 
 // PriceEntryForm is one entry of a PriceTableForm. The three prices are
@@ -56,7 +63,7 @@ type PriceEntryForm struct {
 // table reads the form into the table to validate and store.
 func (f PriceTableForm) table() (pricing.Table, error) {
 	t := pricing.Table{Source: strings.TrimSpace(f.Source), AsOf: strings.TrimSpace(f.AsOf),
-		Entries: make([]pricing.Entry, len(f.Entries))}
+		FallbackModel: strings.TrimSpace(f.FallbackModel), Entries: make([]pricing.Entry, len(f.Entries))}
 	for i, e := range f.Entries {
 		for _, p := range []struct {
 			field string
@@ -86,8 +93,9 @@ func (s *Server) savePrices(c echo.Context, t pricing.Table) (pricing.Table, err
 	if err != nil {
 		return pricing.Table{}, err
 	}
-	s.audit(c, "prices.replace", "prices:"+saved.ID, fmt.Sprintf("%d %s; source %s; as of %s",
-		len(saved.Entries), plural(len(saved.Entries), "entry", "entries"), cmp.Or(saved.Source, "(none)"), cmp.Or(saved.AsOf, "(none)")))
+	s.audit(c, "prices.replace", "prices:"+saved.ID, fmt.Sprintf("%d %s; source %s; as of %s; fallback %s",
+		len(saved.Entries), plural(len(saved.Entries), "entry", "entries"), cmp.Or(saved.Source, "(none)"), cmp.Or(saved.AsOf, "(none)"),
+		cmp.Or(saved.FallbackModel, "(none)")))
 	return saved, nil
 }
 

@@ -269,6 +269,9 @@ func (s *Server) consoleCreateKey(c echo.Context) error {
 		return s.renderKeys(c, http.StatusBadRequest, nil, ui.KeyForm{Name: f.Name, Tag: f.AccountTag, Models: f.Models,
 			ExpiresIn: f.ExpiresIn, Limits: f.Limits})
 	}
+	if v, err := s.viewKeyUse(c.Request().Context(), k); err == nil && len(v.Warnings) > 0 {
+		c.Set(flashNowKey, &ui.Flash{Kind: "warn", Text: "Warning: " + strings.Join(v.Warnings, "; ") + "."})
+	}
 	return s.renderKeys(c, http.StatusOK, &ui.CreatedKey{Name: k.Name, Secret: secret}, ui.KeyForm{})
 }
 

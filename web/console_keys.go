@@ -206,6 +206,7 @@ func (s *Server) renderKey(c echo.Context, status int, id string, typed *keyLimi
 	for _, l := range v.Limits {
 		p.Limits = append(p.Limits, limitGauge(l, now, loc))
 	}
+	p.Warnings = v.Warnings
 	aliases := make([]string, 0, len(k.Policy.ModelAliases))
 	for a, m := range k.Policy.ModelAliases {
 		aliases = append(aliases, a+" → "+m)

@@ -26,7 +26,8 @@ func (s *Server) pricesView(ctx context.Context, form *ui.PriceForm) (ui.Prices,
 		return ui.Prices{}, err
 	}
 	p := ui.Prices{Source: t.Source, AsOf: t.AsOf, Default: t.IsDefault(), ID: t.ID, State: "built-in default",
-		Form: ui.PriceForm{Source: t.Source, AsOf: t.AsOf, Entries: formatPriceLines(t.Entries)}}
+		Fallback: t.FallbackModel,
+		Form:     ui.PriceForm{Source: t.Source, AsOf: t.AsOf, Fallback: t.FallbackModel, Entries: formatPriceLines(t.Entries)}}
 	if u, err := url.Parse(t.Source); err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" {
 		p.SourceURL = t.Source
 	}
@@ -100,7 +101,7 @@ func parsePriceLines(text string) (entries []pricing.Entry, lines []int, err err
 // line; nothing is saved then.
 func (s *Server) consoleSavePrices(c echo.Context) error {
 	form := ui.PriceForm{Source: strings.TrimSpace(c.FormValue("source")), AsOf: strings.TrimSpace(c.FormValue("as_of")),
-		Entries: c.FormValue("entries")}
+		Fallback: strings.TrimSpace(c.FormValue("fallback_model")), Entries: c.FormValue("entries")}
 	saved, err := s.savePriceForm(c, form)
 	if err != nil {
 		msg, fix := fixable(err)
@@ -121,7 +122,7 @@ func (s *Server) savePriceForm(c echo.Context, form ui.PriceForm) (pricing.Table
 	if err != nil {
 		return pricing.Table{}, err
 	}
-	saved, err := s.savePrices(c, pricing.Table{Source: form.Source, AsOf: form.AsOf, Entries: entries})
+	saved, err := s.savePrices(c, pricing.Table{Source: form.Source, AsOf: form.AsOf, FallbackModel: form.Fallback, Entries: entries})
 	var fe *pricing.FieldError
 	if errors.As(err, &fe) && fe.Index >= 0 && fe.Index < len(lines) {
 		where := "line " + strconv.Itoa(lines[fe.Index])

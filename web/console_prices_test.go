@@ -32,6 +32,8 @@ func TestConsolePrices(t *testing.T) {
 		assert.Contains(t, page, `href="https://openai.com/api/pricing/"`, "the source is a link")
 		assert.Contains(t, page, "2026-06-28")
 		assert.Contains(t, page, "built-in default")
+		assert.Contains(t, page, `<code class="price-fallback">gpt-5.5</code>`)
+		assert.Contains(t, page, `name="fallback_model" value="gpt-5.5"`)
 		assert.Contains(t, page, `<td data-label="Model"><code>gpt-5.1-codex-mini</code></td>`, "the entries are listed")
 		assert.Contains(t, page, "\ngpt-5.1-codex,default,1.25,0.125,10\ngpt-5.1-codex,priority,2.5,0.25,20\n", "the form holds the current entries")
 		assert.Contains(t, page, `action="/admin/settings/prices"`)
@@ -55,12 +57,17 @@ func TestConsolePrices(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, rec.Code)
 		assert.Contains(t, body(rec), "line 1: the cached input price &#34;free&#34; is not a number")
 
+		rec = b.post("/admin/settings/prices", url.Values{"fallback_model": {"gpt-9"}, "entries": {"gpt-5.1-codex,default,1.5,0.15,12\n"}})
+		require.Equal(t, http.StatusBadRequest, rec.Code)
+		assert.Contains(t, body(rec), "the fallback model &#34;gpt-9&#34; has no default-tier price in the table")
+		assert.Contains(t, body(rec), `name="fallback_model" value="gpt-9"`, "kept as typed")
+
 		hist, err := s.PriceTables(ctx, 0)
 		require.NoError(t, err)
 		assert.Empty(t, hist, "nothing saved while the form was refused")
 
 		rec = b.post("/admin/settings/prices", url.Values{"source": {"https://example.com/ops"}, "as_of": {"2026-03-01"},
-			"entries": {"# ours\ngpt-5.1-codex,,1.5,0.15,12\r\ngpt-5.1-codex, priority ,3,0.3,24\n"}})
+			"fallback_model": {" gpt-5.1-codex "}, "entries": {"# ours\ngpt-5.1-codex,,1.5,0.15,12\r\ngpt-5.1-codex, priority ,3,0.3,24\n"}})
 		require.Equal(t, http.StatusSeeOther, rec.Code, body(rec))
 		assert.Equal(t, "/admin/settings#prices", rec.Header().Get("Location"))
 
@@ -70,6 +77,7 @@ func TestConsolePrices(t *testing.T) {
 		assert.Equal(t, "https://example.com/ops", cur.Source)
 		assert.Equal(t, "2026-03-01", cur.AsOf)
 		assert.Equal(t, "admin", cur.CreatedBy)
+		assert.Equal(t, "gpt-5.1-codex", cur.FallbackModel)
 		assert.Equal(t, []pricing.Entry{
 			{Model: "gpt-5.1-codex", Tier: "default", Input: 1.5, CachedInput: 0.15, Output: 12},
 			{Model: "gpt-5.1-codex", Tier: "priority", Input: 3, CachedInput: 0.3, Output: 24},

@@ -252,6 +252,11 @@ func (s *Server) usageView(ctx context.Context, q usagePageQuery, n names, loc *
 	if err != nil {
 		return ui.UsageReport{}, err
 	}
+	for i := range drawn {
+		if drawn[i].ID == "cost" && drawn[i].SVG == "" {
+			drawn[i].Empty = costEmpty(total)
+		}
+	}
 	p.Charts = drawn
 	return p, nil
 }
@@ -280,10 +285,33 @@ func usageCards(t report.Row) []ui.Card {
 		{Label: "Requests", Value: thousands(t.Requests), Note: "in the window"},
 		{Label: "Tokens", Value: compact(float64(t.TotalTokens)), Note: "in " + compact(float64(t.InputTokens)) + " (cached " +
 			compact(float64(t.CachedInputTokens)) + ") · out " + compact(float64(t.OutputTokens)) + " (reasoning " + compact(float64(t.ReasoningTokens)) + ")"},
-		{Label: "Cost", Value: dollars(t.CostNanos), Note: "US dollars, as priced"},
+		costCard(t),
 		{Label: "Cache-hit rate", Value: percentText(t.CacheHitRate()), Note: "of input tokens"},
 		{Label: "Time to first token", Value: millisPair(t.TTFTP50MS, t.TTFTP95MS), Note: "p50 / p95"},
 		{Label: "Errors", Value: thousands(t.Errors), Note: errNote, Tone: errTone},
+	}
+}
+
+// costCard is the window's cost, with what was not priced by its own
+// entry in the price table.
+func costCard(t report.Row) ui.Card {
+	c := ui.Card{Label: "Cost", Value: dollars(t.CostNanos), Note: "US dollars, as priced"}
+	if t.UnpricedRequests > 0 {
+		c.Note = thousands(t.UnpricedRequests) + " unpriced: the price table has no entry for their model (Settings → Prices)"
+		c.Tone = "warn"
+	}
+	return c
+}
+
+// costEmpty says why a window with requests shows no cost.
+func costEmpty(t report.Row) string {
+	switch {
+	case t.TotalTokens == 0:
+		return "No request in this window reported token usage, so none has a cost."
+	case t.UnpricedRequests > 0:
+		return "The requests of this window used tokens but cost $0: the price table has no entry for their models and no fallback model to price them at (Settings → Prices). A cost_usd limit does not count them."
+	default:
+		return "The requests of this window used tokens, at prices of $0 in the price table (Settings → Prices)."
 	}
 }
 

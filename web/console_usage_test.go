@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/budget"
+	"github.com/codexrelay/codex-relay/internal/pricing"
 	"github.com/codexrelay/codex-relay/internal/report"
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/internal/store/storetest"
@@ -442,6 +443,33 @@ func TestConsoleCreateKeyWithLimits(t *testing.T) {
 	})
 }
 
+// A cost_usd limit over a model the price table does not price warns when
+// the key is created and on the key's page, with the model and what the
+// limit does about it.
+func TestConsoleCostLimitWarning(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		srv, _ := consoleServer(t, s)
+		b := newBrowser(t, srv)
+		b.login()
+		b.get("/admin/keys")
+		const warning = "the price table does not price gpt-5.5-codex: the cost_usd limit counts its requests at gpt-5.5&#39;s prices"
+		rec := b.post("/admin/keys", url.Values{"name": {"capped"}, "models": {"gpt-5.5-codex"}, "limits": {"cost_usd/day=1"}})
+		require.Equal(t, http.StatusOK, rec.Code, body(rec))
+		assert.Contains(t, body(rec), `class="flash flash-warn"`)
+		assert.Contains(t, body(rec), warning)
+		keys, err := s.ClientKeys(ctx)
+		require.NoError(t, err)
+		require.Len(t, keys, 1)
+		page := body(b.get("/admin/keys/" + keys[0].ID))
+		assert.Contains(t, page, warning)
+
+		rec = b.post("/admin/keys", url.Values{"name": {"priced"}, "models": {"gpt-5.4"}, "limits": {"cost_usd/day=1"}})
+		require.Equal(t, http.StatusOK, rec.Code, body(rec))
+		assert.NotContains(t, body(rec), "flash-warn", "a priced model: no warning")
+	})
+}
+
 // The requests page filtered by a thread sums the thread: tokens, cost,
 // cache-hit rate, time to first token, and the accounts that served it in
 // order. The bindings page links a thread to it.
@@ -703,4 +731,53 @@ func TestMillisPair(t *testing.T) {
 	} {
 		assert.Equal(t, c.want, millisPair(c.p50, c.p95))
 	}
+}
+
+// A window with requests but no cost says why, and the cost card counts
+// what was not priced by an entry of its own.
+func TestUsageCostExplained(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		row               report.Row
+		empty, note, tone string
+	}{
+		{"no usage reported", report.Row{Requests: 3}, "reported token usage, so none has a cost", "US dollars, as priced", ""},
+		{"unpriced, no fallback", report.Row{Requests: 3, TotalTokens: 900, UnpricedRequests: 3},
+			"no fallback model to price them at", "3 unpriced: the price table has no entry for their model", "warn"},
+		{"free in the table", report.Row{Requests: 3, TotalTokens: 900}, "at prices of $0", "US dollars, as priced", ""},
+		{"some at the fallback", report.Row{Requests: 3, TotalTokens: 900, CostNanos: 5_000, UnpricedRequests: 1},
+			"", "1 unpriced: the price table has no entry for their model", "warn"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.empty != "" {
+				assert.Contains(t, costEmpty(c.row), c.empty)
+			}
+			card := costCard(c.row)
+			assert.Contains(t, card.Note, c.note)
+			assert.Equal(t, c.tone, card.Tone)
+		})
+	}
+}
+
+// The Usage page of a window whose requests used tokens the price table
+// (saved with no fallback) could not price says so where the cost chart
+// would be, and the cost card counts them.
+func TestConsoleUsageUnpricedWindow(t *testing.T) {
+	eachUsageStore(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		_, err := s.SavePriceTable(ctx, pricing.Table{Entries: []pricing.Entry{{Model: "gpt-5.4", Tier: pricing.TierDefault, Input: 1}}}, "api")
+		require.NoError(t, err)
+		for i := range 2 {
+			require.NoError(t, s.RecordRequest(ctx, store.RequestRecord{ID: "req_x" + strconvItoa(i), Transport: "http", Path: "/v1/responses",
+				Status: 200, Charged: true, Model: "my-model", StartedAt: consoleUsageNow.Add(-time.Hour), InputTokens: 100, TotalTokens: 100,
+				Unpriced: true}, nil))
+		}
+		srv := consoleUsageServer(t, s)
+		b := newBrowser(t, srv)
+		b.login()
+		page := body(b.get("/admin/usage"))
+		assert.Regexp(t, card("Cost", "$0", "2 unpriced: the price table has no entry for their model (Settings → Prices)"), page)
+		assert.Contains(t, figures(t, page)["cost"], "no fallback model to price them at")
+		assert.NotContains(t, page, "Nothing was priced in this window.")
+	})
 }

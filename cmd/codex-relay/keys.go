@@ -85,12 +85,13 @@ func runKeysLimits(ctx context.Context, c cli, name string, args []string) error
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		return printJSON(c.stdout, raw)
-	}
 	var k apiKey
 	if err := json.Unmarshal(raw, &k); err != nil {
 		return fmt.Errorf("%s: unexpected answer: %w", name, err)
+	}
+	warnKey(c, k)
+	if asJSON {
+		return printJSON(c.stdout, raw)
 	}
 	if len(k.Limits) == 0 {
 		fmt.Fprintf(c.stdout, "Key %s (%s) has no limits. Set some with 'codex-relay keys limits %s -set \"tokens/5h=2000000\"'.\n", k.ID, k.Name, k.ID)
@@ -176,12 +177,13 @@ func runKeysCreate(ctx context.Context, c cli, name string, args []string) error
 	if err := api.do(ctx, http.MethodPost, "/keys", in, &raw); err != nil {
 		return err
 	}
-	if asJSON {
-		return printJSON(c.stdout, raw)
-	}
 	var k apiKey
 	if err := json.Unmarshal(raw, &k); err != nil {
 		return err
+	}
+	warnKey(c, k)
+	if asJSON {
+		return printJSON(c.stdout, raw)
 	}
 	fmt.Fprintf(c.stdout, "Created client key %s (%s), scope: %s.\n", k.ID, k.Name, keyScope(k))
 	fmt.Fprintf(c.stdout, `
@@ -201,6 +203,14 @@ env_key = "CODEX_RELAY_KEY"
 supports_websockets = true
 `, k.Key, api.base)
 	return nil
+}
+
+// warnKey prints the API's warnings about a key to stderr, where they reach
+// the operator whatever stdout is piped to.
+func warnKey(c cli, k apiKey) {
+	for _, w := range k.Warnings {
+		fmt.Fprintf(c.stderr, "warning: key %s (%s): %s\n", k.ID, k.Name, w)
+	}
 }
 
 // keyScope describes what a key may use.

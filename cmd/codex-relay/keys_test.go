@@ -138,3 +138,25 @@ func TestKeysLimitsCommand(t *testing.T) {
 		assert.ErrorContains(t, err, "not both")
 	})
 }
+
+// A cost_usd limit on a key whose models the price table does not price
+// warns on stderr, from keys create and keys limits -set alike; stdout
+// stays the answer (JSON here) alone.
+func TestKeysCostLimitWarns(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		env := adminEnv("CODEX_RELAY_URL", adminAPI(t, s))
+		out, errOut, err := runCLI(t, env, "keys", "create", "-name", "capped", "-models", "gpt-5.5-codex", "-limits", "cost_usd/day=1", "-json")
+		require.NoError(t, err)
+		var created map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &created), "stdout is the JSON alone")
+		id := created["id"].(string)
+		assert.Contains(t, errOut, "warning: key "+id+" (capped): the price table does not price gpt-5.5-codex")
+
+		_, errOut, err = runCLI(t, env, "keys", "limits", id, "-set", "tokens/day=5")
+		require.NoError(t, err)
+		assert.NotContains(t, errOut, "warning", "no cost limit: nothing to warn of")
+		_, errOut, err = runCLI(t, env, "keys", "limits", id, "-set", "cost_usd/month=5")
+		require.NoError(t, err)
+		assert.Contains(t, errOut, "gpt-5.5's prices (the table's fallback_model)")
+	})
+}
