@@ -189,3 +189,76 @@ func FuzzItem(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecidedMembersReadOnce: whenever RequestFields accepts a body, every
+// reading of a member the relay decides on agrees: the first occurrence
+// spelled exactly (how the relay's policy finds a member), a reference
+// reading of the forwarded bytes that takes the last one (encoding/json
+// into a map, as most upstreams read), and one that also matches names
+// without regard to case (encoding/json into a struct). And the model the
+// relay routes by is the reference's.
+func FuzzDecidedMembersReadOnce(f *testing.F) {
+	fuzzSeeds(f)
+	for _, s := range []string{
+		`{"model":"a","service_tier":"default","service_tier":"priority"}`,
+		`{"model":"a","Model":"b"}`,
+		`{"model":"a","\u006dodel":"b"}`,
+		`{"ſervice_tier":"priority","model":"a"}`,
+		`{"reasoning":{"effort":"low"},"reasoning":{"effort":"xhigh"}}`,
+		`{"reasoning":{"effort":"low","EFFORT":"xhigh"}}`,
+		`{"client_metadata":{"x-codex-turn-state":"a","X-Codex-Turn-State":"b"}}`,
+		`{"model":"a","service_tier":"priority","reasoning":{"effort":"low","summary":"auto"}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fields, err := RequestFields(body)
+		if err != nil || !utf8.Valid(body) { // encoding/json reads invalid UTF-8 as U+FFFD, the relay as it is
+			return
+		}
+		var last map[string]json.RawMessage
+		if json.Unmarshal(body, &last) != nil {
+			return
+		}
+		for _, name := range DecidedMembers {
+			first := firstMember(body, name)
+			if ref, ok := last[name]; ok != (first != nil) || ok && !bytes.Equal(bytes.TrimSpace(ref), first) {
+				t.Fatalf("%s of %q: the first occurrence %q, the last %q", name, body, first, ref)
+			}
+		}
+		var folded struct {
+			Model       *string         `json:"model"`
+			ServiceTier json.RawMessage `json:"service_tier"`
+			Reasoning   *struct {
+				Effort json.RawMessage `json:"effort"`
+			} `json:"reasoning"`
+		}
+		if json.Unmarshal(body, &folded) != nil {
+			return
+		}
+		if folded.Model != nil && *folded.Model != fields.Model {
+			t.Fatalf("model of %q: the relay read %q, a case-insensitive reading %q", body, fields.Model, *folded.Model)
+		}
+		if !bytes.Equal(folded.ServiceTier, bytes.TrimSpace(last["service_tier"])) {
+			t.Fatalf("service_tier of %q: %q against %q", body, folded.ServiceTier, last["service_tier"])
+		}
+		if folded.Reasoning != nil && folded.Reasoning.Effort != nil {
+			r := firstMember(body, "reasoning")
+			if e := firstMember(r, "effort"); !bytes.Equal(e, folded.Reasoning.Effort) {
+				t.Fatalf("reasoning.effort of %q: the first %q, a case-insensitive reading %q", body, e, folded.Reasoning.Effort)
+			}
+		}
+	})
+}
+
+// firstMember is the value of the first member of obj whose key is name
+// exactly as written (no escapes), or nil.
+func firstMember(obj []byte, name string) []byte {
+	var v []byte
+	scanObject(obj, func(tok []byte, escaped bool, m member) {
+		if v == nil && !escaped && string(tok[1:len(tok)-1]) == name {
+			v = obj[m.valStart:m.end]
+		}
+	})
+	return v
+}

@@ -36,8 +36,10 @@ type Fields struct {
 }
 
 // RequestFields reads the fields of a Responses request body (a JSON object).
-// Keys match exactly, as the upstream matches them; when a key repeats, its
-// last occurrence counts. It fails on malformed JSON, on a body that is not an
+// Keys match exactly, as the upstream matches them; a member the relay
+// decides on that repeats, or comes as a variant of its name, is refused
+// (CanonicalMembers), so the relay and the upstream cannot read the body
+// differently. It fails on malformed JSON, on a body that is not an
 // object, and on a known field of the wrong type (the upstream would refuse
 // the request too). Unknown fields are ignored.
 func RequestFields(body []byte) (Fields, error) {
@@ -52,8 +54,11 @@ func RequestFields(body []byte) (Fields, error) {
 			err = e
 		}
 	}
+	canon := canonical{names: DecidedMembers}
 	_, ok := scanObject(body, func(tok []byte, escaped bool, m member) {
 		v := body[m.valStart:m.end]
+		canon.see(tok, escaped)
+		canon.nested(tok, escaped, v)
 		switch string(keyName(tok, escaped)) {
 		case "model":
 			f.Model, err = optString(f.Model, "model", v, err)
@@ -86,6 +91,9 @@ func RequestFields(body []byte) (Fields, error) {
 	})
 	if !ok {
 		return Fields{}, errors.New("request body: not a JSON object")
+	}
+	if canon.err != nil {
+		return Fields{}, fmt.Errorf("request body: %w", canon.err)
 	}
 	if err != nil {
 		return Fields{}, err

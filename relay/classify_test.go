@@ -110,8 +110,17 @@ func TestForwardHeaders(t *testing.T) {
 	} {
 		src.Set(k, v)
 	}
+	// Spelled with underscores, as a hostile client may, to slip past a
+	// list of hyphenated names (issue 36's probe): dropped all the same.
+	for _, k := range []string{"chatgpt_account_id", "openai_organization", "api_key", "x_forwarded_for", "transfer_encoding",
+		"Proxy_Authorization", "x_codex_relay_hop", "X_Hop"} {
+		src[k] = []string{"smuggled"}
+	}
 	dst := http.Header{}
 	forwardHeaders(dst, src)
+	for k, vs := range dst {
+		assert.NotContains(t, vs, "smuggled", "%s went upstream", k)
+	}
 	for _, gone := range []string{"Authorization", "Cookie", "Chatgpt-Account-Id", "Connection", "X-Hop", "Keep-Alive",
 		"Transfer-Encoding", "Content-Length", "Content-Encoding", "Host", "X-Forwarded-For", "Sec-Websocket-Key", "Openai-Organization"} {
 		assert.Empty(t, dst.Get(gone), gone)

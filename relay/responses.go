@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 
@@ -66,7 +67,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 	}
 	fields, err := continuity.RequestFields(body)
 	if err != nil {
-		s.writeFailure(w, refuse(http.StatusBadRequest, "invalid_json", "the request body is not a valid Responses request: "+strings.TrimPrefix(err.Error(), "request body: ")))
+		s.writeFailure(w, bodyRefusal("the request body is not a valid Responses request: ", err))
 		return
 	}
 	pol, err := cl.police(body, fields)
@@ -89,4 +90,19 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 		}
 		return sc
 	})
+}
+
+// bodyRefusal is the 400 for a request body continuity.RequestFields
+// refused, its message after what: a member the relay decides on that is
+// repeated or written as a variant of its name is ambiguous_member, the
+// member in param; anything else is invalid_json.
+func bodyRefusal(what string, err error) *requestError {
+	msg := what + strings.TrimPrefix(err.Error(), "request body: ")
+	var me *continuity.MemberError
+	if errors.As(err, &me) {
+		e := refuse(http.StatusBadRequest, "ambiguous_member", msg)
+		e.err.Param = me.Member()
+		return e
+	}
+	return refuse(http.StatusBadRequest, "invalid_json", msg)
 }

@@ -75,17 +75,28 @@ func forwardHeaders(dst, src http.Header) {
 				if connListed == nil {
 					connListed = map[string]bool{}
 				}
-				connListed[http.CanonicalHeaderKey(f)] = true
+				connListed[headerName(f)] = true
 			}
 		}
 	}
 	for k, vs := range src {
-		ck := http.CanonicalHeaderKey(k)
-		if droppedHeaders[ck] || connListed[ck] {
+		if n := headerName(k); droppedHeaders[n] || connListed[n] {
 			continue
 		}
+		ck := http.CanonicalHeaderKey(k)
 		dst[ck] = append([]string(nil), vs...)
 	}
+}
+
+// headerName is the name a header is dropped by: canonical, with "_" read
+// as "-", as many servers and proxies read it (nginx's
+// underscores_in_headers, CGI's HTTP_ variables, the relay's own session_id):
+// chatgpt_account_id is dropped as Chatgpt-Account-Id is.
+func headerName(k string) string {
+	if strings.IndexByte(k, '_') >= 0 {
+		k = strings.ReplaceAll(k, "_", "-")
+	}
+	return http.CanonicalHeaderKey(k)
 }
 
 // Upstream reaches accounts over HTTP and WebSocket, each account through

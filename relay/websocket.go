@@ -345,6 +345,10 @@ var errClientStalled = fmt.Errorf("the client stopped reading: %w", os.ErrDeadli
 
 // clientMeta is the part of a response.create the relay reads beyond the
 // request fields.
+// frameMembers are the members of a client's WebSocket message the relay
+// reads besides the request body's (continuity.DecidedMembers): its type.
+var frameMembers = []string{"type"}
+
 type clientMeta struct {
 	Type           string            `json:"type"`
 	ClientMetadata map[string]string `json:"client_metadata"`
@@ -430,13 +434,16 @@ func (ws *wsSession) parse(msg []byte) (*request, error) {
 	if err := json.Unmarshal(msg, &meta); err != nil {
 		return nil, refuse(http.StatusBadRequest, "invalid_json", "the message is not valid JSON")
 	}
+	if err := continuity.CanonicalMembers(msg, "", frameMembers); err != nil {
+		return nil, bodyRefusal("the message is not a valid response.create: ", err)
+	}
 	if meta.Type != wire.MessageResponseCreate {
 		return nil, refuse(http.StatusBadRequest, "unsupported_message", fmt.Sprintf("unsupported message type %q: send response.create", meta.Type))
 	}
 	body := responseBody(msg)
 	fields, err := continuity.RequestFields(body)
 	if err != nil {
-		return nil, refuse(http.StatusBadRequest, "invalid_json", "the message is not a valid response.create: "+err.Error())
+		return nil, bodyRefusal("the message is not a valid response.create: ", err)
 	}
 	pol, err := ws.client.police(body, fields)
 	if err != nil {

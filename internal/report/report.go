@@ -9,9 +9,9 @@
 package report
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -412,15 +412,13 @@ func Header(groups []Group) []string {
 // WriteCSV writes a report as CSV (RFC 4180 quoting, \n line ends): the
 // Header line, then one line per row. Cost is written as FormatUSD does; a
 // missing percentile is an empty cell. Group values are user-controlled
-// (thread ids, model names): one starting with = + - @, a tab or a carriage
-// return gets a leading single quote so a spreadsheet does not run it as a
-// formula (CSV injection).
+// (thread ids, model names) and pass through SafeCell, so a spreadsheet
+// runs none of them as a formula (CSV injection), whatever separator its
+// locale reads CSV with.
 func WriteCSV(w io.Writer, groups []Group, rows []Row) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(Header(groups)); err != nil {
-		return fmt.Errorf("write csv: %w", err)
-	}
-	rec := make([]string, 0, len(groups)+len(MetricColumns))
+	bw := bufio.NewWriter(w)
+	rec := Header(groups)
+	writeRecord(bw, rec)
 	for _, r := range rows {
 		rec = rec[:0]
 		for _, g := range groups {
@@ -430,21 +428,44 @@ func WriteCSV(w io.Writer, groups []Group, rows []Row) error {
 		rec = append(rec, itoa(r.Requests), itoa(r.InputTokens), itoa(r.CachedInputTokens), itoa(r.OutputTokens),
 			itoa(r.ReasoningTokens), itoa(r.TotalTokens), FormatUSD(r.CostNanos), itoa(r.UnpricedRequests), formatRate(r.CacheHitRate()),
 			csvMillis(r.TTFTP50MS), csvMillis(r.TTFTP95MS), itoa(r.Errors))
-		if err := cw.Write(rec); err != nil {
-			return fmt.Errorf("write csv: %w", err)
-		}
+		writeRecord(bw, rec)
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
+	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("write csv: %w", err)
 	}
 	return nil
 }
 
+// csvSeparators are the characters a spreadsheet may split a CSV line at,
+// by locale (the comma; the semicolon where the comma is the decimal mark)
+// or by its import defaults (tab, pipe).
+const csvSeparators = ",;\t|"
+
+// writeRecord writes one CSV line. A field is quoted (its quotes doubled)
+// when it holds a separator of any locale (csvSeparators), a quote or a
+// line break, or starts with a space: quoted, no spreadsheet splits it.
+func writeRecord(w *bufio.Writer, rec []string) {
+	for i, f := range rec {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		if f == "" || !strings.ContainsAny(f, csvSeparators+"\"\r\n") && f[0] != ' ' {
+			w.WriteString(f)
+			continue
+		}
+		w.WriteByte('"')
+		w.WriteString(strings.ReplaceAll(f, `"`, `""`))
+		w.WriteByte('"')
+	}
+	w.WriteByte('\n')
+}
+
 // SafeCell defuses a spreadsheet formula: a cell starting with = + - @, a
-// tab or a carriage return gets a leading single quote.
+// tab, a carriage return, or a separator some locale splits at (; |) gets
+// a leading single quote. WriteCSV also quotes a cell holding a separator
+// anywhere, so no part of it starts a cell of its own.
 func SafeCell(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+	if s != "" && strings.ContainsRune("=+-@\t\r;|", rune(s[0])) {
 		return "'" + s
 	}
 	return s

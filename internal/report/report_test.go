@@ -461,6 +461,9 @@ func TestWriteCSV(t *testing.T) {
 		{StartedAt: day, ThreadID: "\tx", Model: "m", Status: 200},
 		{StartedAt: day, ThreadID: "a,b \"c\"\nd", Model: "m", Status: 500},
 		{StartedAt: day, ThreadID: "plain", Model: "-model", Status: 200},
+		{StartedAt: day, ThreadID: ";=cmd|' /C calc'!A0;", Model: "m", Status: 200},
+		{StartedAt: day, ThreadID: "x;=1+1", Model: "a|=2", Status: 200},
+		{StartedAt: day, ThreadID: "|=3", Model: "tab\t=4", Status: 200},
 	}
 	groups := []report.Group{report.GroupThread, report.GroupModel, report.GroupDay}
 	var buf bytes.Buffer
@@ -471,7 +474,7 @@ func TestWriteCSV(t *testing.T) {
 
 	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	require.NoError(t, err, "valid CSV")
-	require.Len(t, recs, 8)
+	require.Len(t, recs, 11)
 	cells := map[string][]string{}
 	for _, r := range recs[1:] {
 		require.Len(t, r, 15)
@@ -486,6 +489,22 @@ func TestWriteCSV(t *testing.T) {
 		cells["a,b \"c\"\nd"], "quoted as RFC 4180, empty percentiles")
 	assert.Equal(t, "'-model", cells["plain"][1], "every user-controlled column is defused")
 	assert.Contains(t, out, `"a,b ""c""`+"\nd\"", "quotes doubled inside a quoted cell")
+	assert.Contains(t, cells, `';=cmd|' /C calc'!A0;`, "a leading semicolon is defused")
+	// Read as a spreadsheet of any locale reads CSV (its separator a comma,
+	// a semicolon, a tab or a pipe), no cell starts a formula.
+	for _, sep := range []rune{',', ';', '\t', '|'} {
+		r := csv.NewReader(strings.NewReader(out))
+		r.Comma, r.LazyQuotes, r.FieldsPerRecord = sep, true, -1
+		recs, err := r.ReadAll()
+		require.NoError(t, err, "separator %q", sep)
+		for _, rec := range recs {
+			for _, cell := range rec {
+				if cell != "" {
+					assert.NotContains(t, "=+-@", cell[:1], "separator %q: cell %q of %q", sep, cell, rec)
+				}
+			}
+		}
+	}
 
 	buf.Reset()
 	require.NoError(t, report.WriteCSV(&buf, nil, aggregate(nil, nil, time.UTC)))
@@ -496,7 +515,7 @@ func TestWriteCSV(t *testing.T) {
 func TestSafeCell(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{"": "", "abc": "abc", "=1": "'=1", "+1": "'+1", "-1": "'-1", "@a": "'@a",
-		"\t1": "'\t1", "\r1": "'\r1", "a=1": "a=1", "'=1": "'=1", " =1": " =1"} {
+		"\t1": "'\t1", "\r1": "'\r1", "a=1": "a=1", "'=1": "'=1", " =1": " =1", ";=1": "';=1", "|=1": "'|=1"} {
 		assert.Equal(t, want, report.SafeCell(in), "%q", in)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -420,4 +421,15 @@ func FuzzTranslate(f *testing.F) {
 			t.Fatalf("not a streaming Responses request: %s", out)
 		}
 	})
+}
+
+// chatMembers names every member chatRequest reads, so none can be sent
+// twice or as a variant of its name.
+func TestChatMembersAreTheRequestFields(t *testing.T) {
+	var names []string
+	rt := reflect.TypeOf(chatRequest{})
+	for i := range rt.NumField() {
+		names = append(names, strings.Split(rt.Field(i).Tag.Get("json"), ",")[0])
+	}
+	assert.ElementsMatch(t, names, chatMembers)
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
@@ -48,6 +49,11 @@ func (e *Error) Error() string { return e.Message }
 func refuse(param, format string, args ...any) *Error {
 	return &Error{Param: param, Message: fmt.Sprintf(format, args...)}
 }
+
+// chatMembers are the members of chatRequest, as its JSON names them.
+var chatMembers = []string{"model", "messages", "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls",
+	"reasoning_effort", "max_completion_tokens", "max_tokens", "temperature", "top_p", "n", "user", "prompt_cache_key",
+	"safety_identifier", "metadata", "service_tier", "response_format", "verbosity"}
 
 // chatRequest is the part of a chat request the translation reads. Fields
 // the Responses API has no counterpart for (stop, seed, logprobs,
@@ -222,6 +228,15 @@ func Translate(body []byte) ([]byte, Request, error) {
 	var cr chatRequest
 	if err := json.Unmarshal(body, &cr); err != nil {
 		return nil, Request{}, plainDecodeError(err)
+	}
+	// encoding/json takes the last of a repeated member and matches a name
+	// without regard to case ("Model" for model); the upstream, sent what
+	// the relay read, cannot disagree, but the client may have meant the
+	// other one: such a body is refused, its member named.
+	if err := continuity.CanonicalMembers(body, "", chatMembers); err != nil {
+		var me *continuity.MemberError
+		errors.As(err, &me)
+		return nil, Request{}, refuse(me.Member(), "%s", err.Error())
 	}
 	req := Request{Model: cr.Model, Stream: cr.Stream != nil && *cr.Stream, PromptCacheKey: cr.PromptCacheKey, User: cr.User}
 	if cr.StreamOptions != nil {
