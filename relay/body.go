@@ -106,5 +106,6 @@ func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, limit i
 	if armed {
 		_ = rc.SetReadDeadline(time.Time{})
 	}
+	w.Header().Del("Connection") // the body is in: the connection may serve the next request (see ServeHTTP)
 	return b, nil
 }

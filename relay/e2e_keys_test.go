@@ -1,11 +1,14 @@
 package relay_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +164,67 @@ func TestKeylessRefusesWebPages(t *testing.T) {
 	c := h.dialWS(sessionS, rootT) // Codex's own handshake is served
 	typ, _ := lastEvent(c.turn(responseRequest("hello")))
 	assert.Equal(t, "response.completed", typ)
+}
+
+// Issue 36's probe: a request refused on its headers (no key, a wrong key,
+// no route), whose client declares a body and sends one byte of it, is
+// answered at once and its connection closed; before, net/http waited for
+// the rest of the body before answering, and 300 such connections held a
+// goroutine and a file descriptor each, forever. A keyed request that
+// sends its body whole keeps its connection for the next one.
+func TestRefusedOnItsHeadersWithABodyStillComing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	_, secret, err := h.store.CreateClientKey(context.Background(), store.ClientKey{Name: "k"})
+	require.NoError(t, err)
+	addr := strings.TrimPrefix(h.srv.URL, "http://")
+	for _, c := range []struct {
+		name, path, auth string
+		status           int
+	}{
+		{"no key", "/v1/responses", "", http.StatusUnauthorized},
+		{"a wrong key", "/backend-api/codex/responses", "Authorization: Bearer crk_wrong\r\n", http.StatusUnauthorized},
+		{"no route", "/v1/nowhere", "Authorization: Bearer " + secret + "\r\n", http.StatusNotFound},
+		{"no route, no key", "/backend-api/codex/elsewhere", "", http.StatusNotFound},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			defer conn.Close()
+			require.NoError(t, conn.SetDeadline(time.Now().Add(time.Minute)))
+			_, err = conn.Write([]byte("POST " + c.path + " HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\n" + c.auth +
+				"Content-Length: 1000\r\n\r\n{"))
+			require.NoError(t, err)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			require.NoError(t, err, "answered without the rest of the body")
+			assert.Equal(t, c.status, resp.StatusCode)
+			assert.True(t, resp.Close, "the connection is closed after the answer")
+			_, err = io.Copy(io.Discard, resp.Body)
+			require.NoError(t, err)
+			_, err = conn.Read(make([]byte, 1))
+			assert.ErrorIs(t, err, io.EOF, "the relay closed the connection")
+		})
+	}
+
+	// A keyed request sent whole keeps its connection alive.
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
+	var conns []string
+	for range 2 {
+		req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/responses", strings.NewReader(`{"model":"gpt-5.4","input":"hi"}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { conns = append(conns, i.Conn.LocalAddr().String()) },
+		}))
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.False(t, resp.Close, "a request whose body was read keeps its connection")
+	}
+	require.Len(t, conns, 2)
+	assert.Equal(t, conns[0], conns[1], "the second request reused the first's connection")
 }

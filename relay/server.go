@@ -411,6 +411,21 @@ func (s *Server) housekeep(ctx context.Context) {
 // /v1 also serves other OpenAI clients (Chat Completions, the OpenAI model
 // list).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		// Until the body is read (readRequestBody lifts it), an answer
+		// closes the connection: net/http would otherwise read what is
+		// left of the body before answering, so a request refused on its
+		// headers (no key, a wrong one, no route) by a client that sends
+		// its body slowly or never would hold its connection and goroutine.
+		w.Header().Set("Connection", "close")
+		// And once answered, net/http's own read of what is left (before it
+		// closes the connection) must not wait for it either.
+		defer func() {
+			if w.Header().Get("Connection") == "close" {
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+			}
+		}()
+	}
 	rest, ok := cutPrefix(r.URL.Path, "/backend-api/codex", "/v1")
 	if !ok {
 		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "not_found", Message: "no such route"})
