@@ -51,7 +51,7 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 		}
 		db.databaseURL = "sqlite:" + filepath.Join(dir, "relay.db")
 	}
-	st, secret, adminHash, err := openRelayStore(ctx, c, db, log)
+	st, secret, admin, err := openRelayStore(ctx, c, db, log)
 	if err != nil {
 		return err
 	}
@@ -63,8 +63,8 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveRelay(ctx, c, *addr, 5*time.Second, app.Options{Store: st, Secret: secret, AdminTokenHash: adminHash, Logger: log, TokenURL: upstream.TokenURL()}, func(a string) {
-		printDemoBanner(c, a, key, upstream.URL, st.Location().String())
+	return serveRelay(ctx, c, *addr, 5*time.Second, app.Options{Store: st, Secret: secret, AdminTokenHash: admin.hash, Logger: log, TokenURL: upstream.TokenURL()}, func(a string) {
+		printDemoBanner(c, a, admin, key, upstream.URL, st.Location().String())
 	})
 }
 
@@ -99,14 +99,26 @@ func addDemoAccounts(ctx context.Context, st *store.Store, upstream *sim.Server)
 	return nil
 }
 
-func printDemoBanner(c cli, addr, key, simURL, database string) {
+// printDemoBanner tells what to use the demo with, once it listens (after
+// the start-up's log lines, so that it is what a person sees last): the
+// relay, the console and the admin token to sign in with, the client key
+// and the Codex configuration.
+func printDemoBanner(c cli, addr string, admin adminToken, key, simURL, database string) {
 	base := "http://" + addr
+	token := admin.generated
+	switch {
+	case admin.fromEnv:
+		token = "the value of CODEX_RELAY_ADMIN_TOKEN"
+	case token == "":
+		token = "the one printed at this database's first start (only its hash is kept)"
+	}
 	fmt.Fprintf(c.stdout, `
 Codex Relay demo is running.
 
   relay        %s   (database %s)
-  admin API    %s/api/v1/   (Authorization: Bearer <admin token>)
   console      %s/admin/    (sign in with the admin token)
+  admin token  %s
+  admin API    %s/api/v1/   (Authorization: Bearer <admin token>)
   upstream     %s   (simulated: 3 accounts in 2 organisations)
 
 Client key (shown once):
@@ -126,5 +138,5 @@ supports_websockets = true
 
 Then: codex exec --skip-git-repo-check "say hello"
 Stop with Ctrl-C.
-`, base, database, base, base, simURL, key, base)
+`, base, database, base, token, base, simURL, key, base)
 }
