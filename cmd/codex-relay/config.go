@@ -28,8 +28,14 @@ type dbFlags struct {
 }
 
 func (f *dbFlags) register(fs *flag.FlagSet, c cli) {
+	f.registerWithDefault(fs, c, "sqlite:"+store.DefaultSQLitePath)
+}
+
+// registerWithDefault registers the flags, the database's help naming def
+// as the database used when none is configured.
+func (f *dbFlags) registerWithDefault(fs *flag.FlagSet, c cli, def string) {
 	fs.StringVar(&f.databaseURL, "database-url", envOr(c, "CODEX_RELAY_DATABASE_URL", ""),
-		"database: a SQLite file path, sqlite:PATH, or postgres://... (env CODEX_RELAY_DATABASE_URL; default sqlite:"+store.DefaultSQLitePath+")")
+		"database: a SQLite file path, sqlite:PATH, or postgres://... (env CODEX_RELAY_DATABASE_URL; default "+def+")")
 	// The default shown by -help and flag errors comes from the environment:
 	// never with its password.
 	if fl := fs.Lookup("database-url"); fl.DefValue != "" {

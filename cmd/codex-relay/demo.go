@@ -17,10 +17,22 @@ in two organisations (two ChatGPT subscriptions and an API key), a SQLite databa
 temp folder, and a client key. Prints the Codex config block, the key and the API URL,
 then serves until interrupted (the temp folder is removed then).`
 
+// The demo's database when none is configured: demoDatabaseFile in a new
+// folder, named after demoDirPattern, of the system's temp folder.
+const (
+	demoDirPattern   = "codex-relay-demo-*" // os.MkdirTemp's pattern: * is a random number
+	demoDatabaseFile = "relay.db"
+)
+
+// demoDefaultDatabase is the demo's default database as its -help says it.
+func demoDefaultDatabase() string {
+	return "sqlite:" + filepath.Join(os.TempDir(), demoDirPattern, demoDatabaseFile)
+}
+
 func runDemo(ctx context.Context, c cli, args []string) error {
 	fs := newFlagSet(c, "demo", demoPurpose)
 	var db dbFlags
-	db.register(fs, c)
+	db.registerWithDefault(fs, c, demoDefaultDatabase()+", in a new temp folder (* a random number) removed at exit unless -keep")
 	addr := fs.String("addr", envOr(c, "CODEX_RELAY_ADDR", DefaultAddr), "relay listen address (env CODEX_RELAY_ADDR)")
 	simAddr := fs.String("sim-addr", envOr(c, "CODEX_RELAY_SIM_ADDR", "127.0.0.1:0"), "simulated upstream listen address (env CODEX_RELAY_SIM_ADDR); port 0 picks a free one")
 	keep := fs.Bool("keep", false, "keep the temp folder (database and secret key) after exit")
@@ -42,14 +54,14 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 	defer stopSim()
 
 	if db.databaseURL == "" {
-		dir, err := os.MkdirTemp("", "codex-relay-demo-*")
+		dir, err := os.MkdirTemp("", demoDirPattern)
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
 		if !*keep {
 			defer os.RemoveAll(dir)
 		}
-		db.databaseURL = "sqlite:" + filepath.Join(dir, "relay.db")
+		db.databaseURL = "sqlite:" + filepath.Join(dir, demoDatabaseFile)
 	}
 	st, secret, admin, err := openRelayStore(ctx, c, db, log)
 	if err != nil {

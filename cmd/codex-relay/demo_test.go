@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/internal/logbuf"
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // The demo prints what a person needs; pasting it into Codex works, over
@@ -131,4 +134,25 @@ func TestDemoBannerRepeatsTheAdminToken(t *testing.T) {
 		assert.Regexp(t, `(?m)^  admin token  the one printed at this database's first start`, term.String())
 		assert.NotContains(t, term.String(), "cra_")
 	})
+}
+
+// demo --help names the database the demo really uses when none is
+// configured (a new temp folder's relay.db), not serve's.
+func TestDemoHelpNamesItsDefaultDatabase(t *testing.T) {
+	_, errOut, err := runCLI(t, cliEnv{}, "demo", "--help")
+	require.ErrorIs(t, err, flag.ErrHelp)
+	stated := regexp.MustCompile(`CODEX_RELAY_DATABASE_URL; default sqlite:(\S+?),`).FindStringSubmatch(errOut)
+	require.NotNil(t, stated, errOut)
+	assert.Equal(t, "sqlite:"+stated[1], demoDefaultDatabase())
+	assert.NotContains(t, errOut, store.DefaultSQLitePath, "serve's default is not the demo's")
+
+	out := &logbuf.Buffer{}
+	startDemo(t, map[string]string{"CODEX_RELAY_ADDR": "127.0.0.1:0"}, out, &logbuf.Buffer{})
+	used := regexp.MustCompile(`\(database sqlite:(\S+)\)`).FindStringSubmatch(out.String())
+	require.NotNil(t, used, out.String())
+	ok, err := filepath.Match(stated[1], used[1])
+	require.NoError(t, err)
+	assert.True(t, ok, "the demo uses %s, its help says %s", used[1], stated[1])
+	_, err = os.Stat(used[1])
+	assert.NoError(t, err, "the database is there")
 }
