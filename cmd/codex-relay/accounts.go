@@ -32,9 +32,9 @@ func runAccounts(ctx context.Context, c cli, args []string) error {
 		"import": {"FILE...", "import Codex auth.json files: one account per ChatGPT workspace", runAccountsImport},
 		"login":  {"", "sign in with ChatGPT by device code and add the account", runAccountsLogin},
 		"list":   {"", "list accounts with status, reset times and usage", runAccountsList},
-		"pause":  {"ID", "take an account out of service", runAccountsPause},
-		"resume": {"ID", "put a paused (or limited) account back into service", runAccountsResume},
-		"remove": {"ID", "delete an account and its bindings", runAccountsRemove},
+		"pause":  {"ID|LABEL", "take an account out of service", runAccountsPause},
+		"resume": {"ID|LABEL", "put a paused (or limited) account back into service", runAccountsResume},
+		"remove": {"ID|LABEL", "delete an account and its bindings", runAccountsRemove},
 	}, accountVerbs, args)
 }
 
@@ -458,12 +458,13 @@ func percent(w *apiWindow) string {
 	return fmt.Sprintf("%.0f%%", w.UsedPercent)
 }
 
-// runAccountAction runs one of pause, resume and remove on the account ID.
+// runAccountAction runs one of pause, resume and remove on the account its
+// argument names (by id or label).
 func runAccountAction(ctx context.Context, c cli, name string, args []string, purpose string,
 	act func(api *apiClient, id, reason string) (string, error)) error {
 	var af apiFlags
 	var reason string
-	fs := newVerbFlagSet(c, name, "ID", purpose, "")
+	fs := newVerbFlagSet(c, name, "ID|LABEL", purpose+"\n\n"+accountRef.help(), "")
 	af.register(fs, c)
 	if strings.HasSuffix(name, "pause") {
 		fs.StringVar(&reason, "reason", "", "why, shown with the account's status")
@@ -474,13 +475,17 @@ func runAccountAction(ctx context.Context, c cli, name string, args []string, pu
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return fmt.Errorf("%s: give exactly one account ID", name)
+		return fmt.Errorf("%s: give exactly one account ID or label", name)
 	}
 	api, err := newAPIClient(c, af.url)
 	if err != nil {
 		return err
 	}
-	msg, err := act(api, pos[0], reason)
+	id, err := api.resolveOne(ctx, accountRef, mustExist, pos[0])
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	msg, err := act(api, id, reason)
 	if err != nil {
 		return err
 	}

@@ -238,10 +238,10 @@ func TestAccountsLifecycle(t *testing.T) {
 		_, err = s.Account(context.Background(), id)
 		assert.ErrorIs(t, err, store.ErrNotFound)
 
-		// The API's own messages.
+		// The API's own messages; a removed account is no account.
 		_, _, err = runCLI(t, env, "accounts", "pause", id)
 		require.Error(t, err)
-		assert.Equal(t, "no such object", err.Error())
+		assert.Equal(t, `accounts pause: no account with id or label "`+id+`"`, err.Error())
 		_, _, err = runCLI(t, env, "accounts", "add", "-kind", "compatible", "-label", "x")
 		require.Error(t, err)
 		assert.Equal(t, "base_url: required for compatible accounts", err.Error())

@@ -146,7 +146,7 @@ func runSubcommand(ctx context.Context, c cli, command, purpose string, subs map
 	usage := func() {
 		fmt.Fprintf(c.stderr, "Usage: codex-relay %s <verb> [flags]\n\n%s\n\nVerbs:\n", command, purpose)
 		for _, n := range order {
-			fmt.Fprintf(c.stderr, "  %-8s %s\n", n, subs[n].summary)
+			fmt.Fprintf(c.stderr, "  %-16s %s\n", strings.TrimSpace(n+" "+subs[n].args), subs[n].summary)
 		}
 		fmt.Fprintf(c.stderr, "\nRun 'codex-relay %s <verb> --help' for the flags of one verb.\n", command)
 		fmt.Fprint(c.stderr, adminEnvNote)

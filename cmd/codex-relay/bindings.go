@@ -40,8 +40,8 @@ func runBindingsList(ctx context.Context, c cli, name string, args []string) err
 	af.register(fs, c)
 	fs.StringVar(&session, "session", "", "only bindings of this session id")
 	fs.StringVar(&thread, "thread", "", "only bindings of this thread id")
-	fs.StringVar(&account, "account", "", "only bindings to this account id")
-	fs.StringVar(&clientKey, "client-key", "", "only bindings of this client key id")
+	fs.StringVar(&account, "account", "", "only bindings to this account (id or label)")
+	fs.StringVar(&clientKey, "client-key", "", "only bindings of this client key (id or name)")
 	fs.StringVar(&kind, "kind", "", "only this kind: thread, session, raw_thread or raw_session (pins)")
 	fs.IntVar(&limit, "limit", 100, "at most this many (1-1000)")
 	fs.IntVar(&offset, "offset", 0, "skip this many")
@@ -56,6 +56,12 @@ func runBindingsList(ctx context.Context, c cli, name string, args []string) err
 	api, err := newAPIClient(c, af.url)
 	if err != nil {
 		return err
+	}
+	if account, err = api.resolveOne(ctx, accountRef, mustExist, account); err != nil {
+		return fmt.Errorf("%s: -account: %w", name, err)
+	}
+	if clientKey, err = api.resolveOne(ctx, keyRef, mustExist, clientKey); err != nil {
+		return fmt.Errorf("%s: -client-key: %w", name, err)
 	}
 	q := url.Values{"limit": {strconv.Itoa(limit)}}
 	if offset > 0 {
@@ -123,7 +129,7 @@ func runBindingsReset(ctx context.Context, c cli, name string, args []string) er
 	fs.StringVar(&id, "id", "", "reset this binding (an id from 'bindings list')")
 	fs.StringVar(&thread, "thread", "", "reset the bindings of this thread id")
 	fs.StringVar(&session, "session", "", "reset the bindings of this session id, its threads' included")
-	fs.StringVar(&account, "account", "", "reset every binding to this account id")
+	fs.StringVar(&account, "account", "", "reset every binding to this account (id or label)")
 	fs.BoolVar(&asJSON, "json", false, "print the API's JSON answer")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -131,6 +137,17 @@ func runBindingsReset(ctx context.Context, c cli, name string, args []string) er
 	}
 	if len(pos) > 0 {
 		return fmt.Errorf("%s: unexpected arguments %q", name, pos)
+	}
+	if len(nonBlank(id, thread, session, account)) != 1 {
+		fs.Usage()
+		return fmt.Errorf("%s: give exactly one of -id, -thread, -session, -account", name)
+	}
+	api, err := newAPIClient(c, af.url)
+	if err != nil {
+		return err
+	}
+	if account, err = api.resolveOne(ctx, accountRef, mustExist, account); err != nil {
+		return fmt.Errorf("%s: -account: %w", name, err)
 	}
 	body := map[string]string{}
 	var what string
@@ -141,14 +158,6 @@ func runBindingsReset(ctx context.Context, c cli, name string, args []string) er
 			body[sel.field] = v
 			what = sel.flag + " " + v
 		}
-	}
-	if len(body) != 1 {
-		fs.Usage()
-		return fmt.Errorf("%s: give exactly one of -id, -thread, -session, -account", name)
-	}
-	api, err := newAPIClient(c, af.url)
-	if err != nil {
-		return err
 	}
 	var out struct {
 		Reset int `json:"reset"`
@@ -170,6 +179,17 @@ func runBindingsReset(ctx context.Context, c cli, name string, args []string) er
 		fmt.Fprintf(c.stdout, "Reset %d %s of %s.\n", out.Reset, bindingsNoun(out.Reset), what)
 	}
 	return nil
+}
+
+// nonBlank returns the values that are not blank.
+func nonBlank(values ...string) []string {
+	var out []string
+	for _, v := range values {
+		if strings.TrimSpace(v) != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func bindingsNoun(n int) string {

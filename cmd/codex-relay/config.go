@@ -28,8 +28,14 @@ type dbFlags struct {
 }
 
 func (f *dbFlags) register(fs *flag.FlagSet, c cli) {
+	f.registerWithDefault(fs, c, "sqlite:"+store.DefaultSQLitePath)
+}
+
+// registerWithDefault registers the flags, the database's help naming def
+// as the database used when none is configured.
+func (f *dbFlags) registerWithDefault(fs *flag.FlagSet, c cli, def string) {
 	fs.StringVar(&f.databaseURL, "database-url", envOr(c, "CODEX_RELAY_DATABASE_URL", ""),
-		"database: a SQLite file path, sqlite:PATH, or postgres://... (env CODEX_RELAY_DATABASE_URL; default sqlite:"+store.DefaultSQLitePath+")")
+		"database: a SQLite file path, sqlite:PATH, or postgres://... (env CODEX_RELAY_DATABASE_URL; default "+def+")")
 	// The default shown by -help and flag errors comes from the environment:
 	// never with its password.
 	if fl := fs.Lookup("database-url"); fl.DefValue != "" {
@@ -141,43 +147,51 @@ const adminTokenSetting = "admin_token_sha256"
 // AdminTokenPrefix starts generated admin tokens.
 const adminTokenPrefix = "cra_"
 
-// resolveAdminToken returns the hash the API checks: of CODEX_RELAY_ADMIN_TOKEN
-// when set; else of the token generated on an earlier start (only its hash is
-// kept); else of a new token, which is printed once to stdout (never logged).
-func resolveAdminToken(ctx context.Context, c cli, st *store.Store, log *slog.Logger) ([32]byte, error) {
+// adminToken is the admin token the relay checks: its hash, and where the
+// token itself is to be had.
+type adminToken struct {
+	hash      [32]byte
+	generated string // the token, when this start generated it (and printed it)
+	fromEnv   bool   // the token is CODEX_RELAY_ADMIN_TOKEN
+}
+
+// resolveAdminToken returns the token the API checks: CODEX_RELAY_ADMIN_TOKEN
+// when set; else the token generated on an earlier start (only its hash is
+// kept); else a new token, which is printed once to stdout (never logged).
+func resolveAdminToken(ctx context.Context, c cli, st *store.Store, log *slog.Logger) (adminToken, error) {
 	if v := c.getenv("CODEX_RELAY_ADMIN_TOKEN"); v != "" {
 		if len(v) < 16 {
 			log.Warn("CODEX_RELAY_ADMIN_TOKEN is shorter than 16 characters; use a long random value")
 		}
-		return web.HashAdminToken(v), nil
+		return adminToken{hash: web.HashAdminToken(v), fromEnv: true}, nil
 	}
 	for range 2 {
 		if stored, ok, err := st.Setting(ctx, adminTokenSetting); err != nil {
-			return [32]byte{}, err
+			return adminToken{}, err
 		} else if ok {
-			var h [32]byte
+			var t adminToken
 			b, err := hex.DecodeString(stored)
-			if err != nil || len(b) != len(h) {
-				return h, fmt.Errorf("setting %s is corrupt; set CODEX_RELAY_ADMIN_TOKEN", adminTokenSetting)
+			if err != nil || len(b) != len(t.hash) {
+				return t, fmt.Errorf("setting %s is corrupt; set CODEX_RELAY_ADMIN_TOKEN", adminTokenSetting)
 			}
-			copy(h[:], b)
-			return h, nil
+			copy(t.hash[:], b)
+			return t, nil
 		}
 		token := store.NewSecret(adminTokenPrefix)
 		h := web.HashAdminToken(token)
 		wrote, err := st.SetSettingIfAbsent(ctx, adminTokenSetting, hex.EncodeToString(h[:]))
 		if err != nil {
-			return [32]byte{}, err
+			return adminToken{}, err
 		}
 		if wrote {
 			fmt.Fprintf(c.stdout, "\nAdmin token (shown once, stored only as a hash): %s\n", token)
 			fmt.Fprintf(c.stdout, "Use it as \"Authorization: Bearer <token>\" on /api/v1 and to sign in at /admin/.\n")
 			fmt.Fprintf(c.stdout, "Set CODEX_RELAY_ADMIN_TOKEN to choose your own instead.\n\n")
-			return h, nil
+			return adminToken{hash: h, generated: token}, nil
 		}
 		// Another replica generated one first: read it on the next pass.
 	}
-	return [32]byte{}, errors.New("admin token: could not read or create it")
+	return adminToken{}, errors.New("admin token: could not read or create it")
 }
 
 // openStore parses the database location, resolves the secret key (unless
@@ -188,19 +202,19 @@ func openStore(ctx context.Context, c cli, f dbFlags, log *slog.Logger, withoutS
 }
 
 // openRelayStore is what serve and demo start from: the store opened and
-// migrated with its secret key, and the admin token's hash (generated and
-// printed once when none is set).
-func openRelayStore(ctx context.Context, c cli, f dbFlags, log *slog.Logger) (*store.Store, []byte, [32]byte, error) {
+// migrated with its secret key, and the admin token (generated and printed
+// once when none is set).
+func openRelayStore(ctx context.Context, c cli, f dbFlags, log *slog.Logger) (*store.Store, []byte, adminToken, error) {
 	st, secret, err := openStoreWithKey(ctx, c, f, log, false)
 	if err != nil {
-		return nil, nil, [32]byte{}, err
+		return nil, nil, adminToken{}, err
 	}
-	adminHash, err := resolveAdminToken(ctx, c, st, log)
+	admin, err := resolveAdminToken(ctx, c, st, log)
 	if err != nil {
 		st.Close()
-		return nil, nil, [32]byte{}, err
+		return nil, nil, adminToken{}, err
 	}
-	return st, secret, adminHash, nil
+	return st, secret, admin, nil
 }
 
 // openStoreWithKey is openStore that also returns the secret key.

@@ -17,10 +17,22 @@ in two organisations (two ChatGPT subscriptions and an API key), a SQLite databa
 temp folder, and a client key. Prints the Codex config block, the key and the API URL,
 then serves until interrupted (the temp folder is removed then).`
 
+// The demo's database when none is configured: demoDatabaseFile in a new
+// folder, named after demoDirPattern, of the system's temp folder.
+const (
+	demoDirPattern   = "codex-relay-demo-*" // os.MkdirTemp's pattern: * is a random number
+	demoDatabaseFile = "relay.db"
+)
+
+// demoDefaultDatabase is the demo's default database as its -help says it.
+func demoDefaultDatabase() string {
+	return "sqlite:" + filepath.Join(os.TempDir(), demoDirPattern, demoDatabaseFile)
+}
+
 func runDemo(ctx context.Context, c cli, args []string) error {
 	fs := newFlagSet(c, "demo", demoPurpose)
 	var db dbFlags
-	db.register(fs, c)
+	db.registerWithDefault(fs, c, demoDefaultDatabase()+", in a new temp folder (* a random number) removed at exit unless -keep")
 	addr := fs.String("addr", envOr(c, "CODEX_RELAY_ADDR", DefaultAddr), "relay listen address (env CODEX_RELAY_ADDR)")
 	simAddr := fs.String("sim-addr", envOr(c, "CODEX_RELAY_SIM_ADDR", "127.0.0.1:0"), "simulated upstream listen address (env CODEX_RELAY_SIM_ADDR); port 0 picks a free one")
 	keep := fs.Bool("keep", false, "keep the temp folder (database and secret key) after exit")
@@ -42,16 +54,16 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 	defer stopSim()
 
 	if db.databaseURL == "" {
-		dir, err := os.MkdirTemp("", "codex-relay-demo-*")
+		dir, err := os.MkdirTemp("", demoDirPattern)
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
 		if !*keep {
 			defer os.RemoveAll(dir)
 		}
-		db.databaseURL = "sqlite:" + filepath.Join(dir, "relay.db")
+		db.databaseURL = "sqlite:" + filepath.Join(dir, demoDatabaseFile)
 	}
-	st, secret, adminHash, err := openRelayStore(ctx, c, db, log)
+	st, secret, admin, err := openRelayStore(ctx, c, db, log)
 	if err != nil {
 		return err
 	}
@@ -63,8 +75,8 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveRelay(ctx, c, *addr, 5*time.Second, app.Options{Store: st, Secret: secret, AdminTokenHash: adminHash, Logger: log, TokenURL: upstream.TokenURL()}, func(a string) {
-		printDemoBanner(c, a, key, upstream.URL, st.Location().String())
+	return serveRelay(ctx, c, *addr, 5*time.Second, app.Options{Store: st, Secret: secret, AdminTokenHash: admin.hash, Logger: log, TokenURL: upstream.TokenURL()}, func(a string) {
+		printDemoBanner(c, a, admin, key, upstream.URL, st.Location().String())
 	})
 }
 
@@ -99,14 +111,26 @@ func addDemoAccounts(ctx context.Context, st *store.Store, upstream *sim.Server)
 	return nil
 }
 
-func printDemoBanner(c cli, addr, key, simURL, database string) {
+// printDemoBanner tells what to use the demo with, once it listens (after
+// the start-up's log lines, so that it is what a person sees last): the
+// relay, the console and the admin token to sign in with, the client key
+// and the Codex configuration.
+func printDemoBanner(c cli, addr string, admin adminToken, key, simURL, database string) {
 	base := "http://" + addr
+	token := admin.generated
+	switch {
+	case admin.fromEnv:
+		token = "the value of CODEX_RELAY_ADMIN_TOKEN"
+	case token == "":
+		token = "the one printed at this database's first start (only its hash is kept)"
+	}
 	fmt.Fprintf(c.stdout, `
 Codex Relay demo is running.
 
   relay        %s   (database %s)
-  admin API    %s/api/v1/   (Authorization: Bearer <admin token>)
   console      %s/admin/    (sign in with the admin token)
+  admin token  %s
+  admin API    %s/api/v1/   (Authorization: Bearer <admin token>)
   upstream     %s   (simulated: 3 accounts in 2 organisations)
 
 Client key (shown once):
@@ -126,5 +150,5 @@ supports_websockets = true
 
 Then: codex exec --skip-git-repo-check "say hello"
 Stop with Ctrl-C.
-`, base, database, base, base, simURL, key, base)
+`, base, database, base, token, base, simURL, key, base)
 }

@@ -24,8 +24,8 @@ func runKeys(ctx context.Context, c cli, args []string) error {
 	return runSubcommand(ctx, c, "keys", keysPurpose, map[string]subcommand{
 		"create": {"", "create a key; it is shown once", runKeysCreate},
 		"list":   {"", "list keys with scope, expiry and use", runKeysList},
-		"limits": {"ID", "show a key's limits with their use, or set them", runKeysLimits},
-		"revoke": {"ID", "revoke a key at once", runKeysRevoke},
+		"limits": {"ID|NAME", "show a key's limits with their use, or set them", runKeysLimits},
+		"revoke": {"ID|NAME", "revoke a key at once", runKeysRevoke},
 	}, keyVerbs, args)
 }
 
@@ -48,7 +48,7 @@ func runKeysLimits(ctx context.Context, c cli, name string, args []string) error
 	var af apiFlags
 	var set string
 	var clear, asJSON bool
-	fs := newVerbFlagSet(c, name, "ID", keysLimitsPurpose, "")
+	fs := newVerbFlagSet(c, name, "ID|NAME", keysLimitsPurpose+"\n\n"+keyRef.help(), "")
 	af.register(fs, c)
 	fs.StringVar(&set, "set", "", "replace the key's limits: "+limitsSpec)
 	fs.BoolVar(&clear, "clear", false, "remove every limit of the key")
@@ -59,7 +59,7 @@ func runKeysLimits(ctx context.Context, c cli, name string, args []string) error
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return fmt.Errorf("%s: give exactly one key ID", name)
+		return fmt.Errorf("%s: give exactly one key ID or name", name)
 	}
 	if set != "" && clear {
 		return fmt.Errorf("%s: give -set or -clear, not both", name)
@@ -68,7 +68,11 @@ func runKeysLimits(ctx context.Context, c cli, name string, args []string) error
 	if err != nil {
 		return err
 	}
-	path := "/keys/" + url.PathEscape(pos[0])
+	id, err := api.resolveOne(ctx, keyRef, mustExist, pos[0])
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	path := "/keys/" + url.PathEscape(id)
 	var raw json.RawMessage
 	switch {
 	case set != "" || clear:
@@ -139,7 +143,7 @@ func runKeysCreate(ctx context.Context, c cli, name string, args []string) error
 	fs := newVerbFlagSet(c, name, "", keysCreatePurpose, "")
 	af.register(fs, c)
 	fs.StringVar(&in.Name, "name", "", "who or what uses the key (required)")
-	fs.StringVar(&accounts, "accounts", "", "comma-separated account IDs the key may use (default: every account)")
+	fs.StringVar(&accounts, "accounts", "", "comma-separated accounts (ids or labels) the key may use (default: every account)")
 	fs.StringVar(&in.AccountTag, "tag", "", "the key may use the accounts with this tag")
 	fs.StringVar(&models, "models", "", "comma-separated models the key may ask for (default: any)")
 	fs.DurationVar(&expiresIn, "expires-in", 0, "lifetime, e.g. 720h (default: no expiry)")
@@ -163,7 +167,7 @@ func runKeysCreate(ctx context.Context, c cli, name string, args []string) error
 	if expiresIn > 0 {
 		in.ExpiresIn = expiresIn.String()
 	}
-	in.AccountIDs, in.Models = splitCSV(accounts), splitCSV(models)
+	in.Models = splitCSV(models)
 	if limits != "" {
 		if in.Limits, err = parseLimits(limits); err != nil {
 			return fmt.Errorf("%s: -limits: %w", name, err)
@@ -172,6 +176,9 @@ func runKeysCreate(ctx context.Context, c cli, name string, args []string) error
 	api, err := newAPIClient(c, af.url)
 	if err != nil {
 		return err
+	}
+	if in.AccountIDs, err = api.resolve(ctx, accountRef, mustExist, splitCSV(accounts)...); err != nil {
+		return fmt.Errorf("%s: -accounts: %w", name, err)
 	}
 	var raw json.RawMessage
 	if err := api.do(ctx, http.MethodPost, "/keys", in, &raw); err != nil {
@@ -213,6 +220,26 @@ func warnKey(c cli, k apiKey) {
 	}
 }
 
+// listKeys returns the client keys, decoded and as the API wrote them.
+func listKeys(ctx context.Context, api *apiClient) ([]apiKey, []json.RawMessage, error) {
+	var out struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := api.do(ctx, http.MethodGet, "/keys", nil, &out); err != nil {
+		return nil, nil, err
+	}
+	keys := make([]apiKey, len(out.Keys))
+	for i, raw := range out.Keys {
+		if err := json.Unmarshal(raw, &keys[i]); err != nil {
+			return nil, nil, fmt.Errorf("list keys: unexpected answer: %w", err)
+		}
+	}
+	if out.Keys == nil {
+		out.Keys = []json.RawMessage{}
+	}
+	return keys, out.Keys, nil
+}
+
 // keyScope describes what a key may use.
 func keyScope(k apiKey) string {
 	var parts []string
@@ -243,29 +270,20 @@ func runKeysList(ctx context.Context, c cli, name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	var out struct {
-		Keys []json.RawMessage `json:"keys"`
-	}
-	if err := api.do(ctx, http.MethodGet, "/keys", nil, &out); err != nil {
+	keys, raw, err := listKeys(ctx, api)
+	if err != nil {
 		return err
 	}
 	if asJSON {
-		if out.Keys == nil {
-			out.Keys = []json.RawMessage{}
-		}
-		return printJSON(c.stdout, out.Keys)
+		return printJSON(c.stdout, raw)
 	}
-	if len(out.Keys) == 0 {
+	if len(keys) == 0 {
 		fmt.Fprintln(c.stdout, "No client keys. Create one with 'codex-relay keys create -name NAME'.")
 		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tPREFIX\tSCOPE\tMODELS\tEXPIRES\tREQUESTS\tLAST USED\tSTATE")
-	for _, raw := range out.Keys {
-		var k apiKey
-		if err := json.Unmarshal(raw, &k); err != nil {
-			return fmt.Errorf("list keys: unexpected answer: %w", err)
-		}
+	for _, k := range keys {
 		scope := "all"
 		switch {
 		case len(k.AccountIDs) > 0:
@@ -288,7 +306,7 @@ func runKeysList(ctx context.Context, c cli, name string, args []string) error {
 
 func runKeysRevoke(ctx context.Context, c cli, name string, args []string) error {
 	var af apiFlags
-	fs := newVerbFlagSet(c, name, "ID", "Revoke a client key: requests with it are refused at once.", "")
+	fs := newVerbFlagSet(c, name, "ID|NAME", "Revoke a client key: requests with it are refused at once.\n\n"+keyRef.help(), "")
 	af.register(fs, c)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -296,14 +314,18 @@ func runKeysRevoke(ctx context.Context, c cli, name string, args []string) error
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return fmt.Errorf("%s: give exactly one key ID", name)
+		return fmt.Errorf("%s: give exactly one key ID or name", name)
 	}
 	api, err := newAPIClient(c, af.url)
 	if err != nil {
 		return err
 	}
+	id, err := api.resolveOne(ctx, keyRef, mustExist, pos[0])
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	var k apiKey
-	if err := api.do(ctx, http.MethodDelete, "/keys/"+url.PathEscape(pos[0]), nil, &k); err != nil {
+	if err := api.do(ctx, http.MethodDelete, "/keys/"+url.PathEscape(id), nil, &k); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "revoked %s (%s)\n", k.ID, k.Name)

@@ -80,13 +80,13 @@ func TestKeysCommands(t *testing.T) {
 
 		// The API's messages.
 		_, _, err = runCLI(t, env, "keys", "create", "-name", "x", "-accounts", "acc_missing")
-		assert.EqualError(t, err, `account_ids: no account "acc_missing"`)
+		assert.EqualError(t, err, `keys create: -accounts: no account with id or label "acc_missing"`)
 		_, _, err = runCLI(t, env, "keys", "create", "-name", "x", "-accounts", acct.ID, "-tag", "blue")
 		assert.EqualError(t, err, "account_tag: give account_ids or account_tag, not both")
 		_, _, err = runCLI(t, env, "keys", "create")
 		assert.ErrorContains(t, err, "-name is required")
 		_, _, err = runCLI(t, env, "keys", "revoke", "key_missing")
-		assert.EqualError(t, err, "no such object")
+		assert.EqualError(t, err, `keys revoke: no client key with id or name "key_missing"`)
 	})
 }
 

@@ -17,35 +17,6 @@ import (
 	"github.com/codexrelay/codex-relay/internal/logbuf"
 )
 
-// startDemo runs `codex-relay demo` in the test's process until the test
-// ends, and returns what it printed on stdout once it listens.
-func startDemo(t *testing.T, env map[string]string) string {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out, errOut := &logbuf.Buffer{}, &logbuf.Buffer{}
-	listening := make(chan string, 1)
-	c := cli{stdout: out, stderr: errOut, getenv: func(k string) string { return env[k] }, listening: func(a string) { listening <- a }}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"demo"}, c) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("demo did not stop within 30s")
-		}
-	})
-	select {
-	case <-listening:
-	case err := <-done:
-		t.Fatalf("demo ended early: %v\n%s", err, errOut.String())
-	case <-time.After(60 * time.Second):
-		t.Fatal("demo did not start within 60s")
-	}
-	return out.String()
-}
-
 // readmeSection is the text of README's section under heading ("### Try
 // it"), up to the next heading of the same or a higher level outside a
 // code block.
@@ -115,7 +86,9 @@ func TestREADMEQuickStartDemo(t *testing.T) {
 	firstTurn := blocks[2][0]
 	require.True(t, strings.HasPrefix(firstTurn, "codex exec "), firstTurn)
 
-	printed := startDemo(t, map[string]string{"CODEX_RELAY_ADDR": "127.0.0.1:0"})
+	demoOut, demoErr := &logbuf.Buffer{}, &logbuf.Buffer{}
+	startDemo(t, map[string]string{"CODEX_RELAY_ADDR": "127.0.0.1:0"}, demoOut, demoErr)
+	printed := demoOut.String()
 	export := regexp.MustCompile(`(?m)^\s*(export CODEX_RELAY_KEY=crk_[0-9A-Za-z]+)$`).FindStringSubmatch(printed)
 	require.NotNil(t, export, printed)
 	config := regexp.MustCompile(`(?s)\n(model = .*?supports_websockets = true\n)`).FindStringSubmatch(printed)

@@ -75,13 +75,13 @@ func runServe(ctx context.Context, c cli, args []string) error {
 		return err
 	}
 	applyMemoryLimit(c, log)
-	st, secret, adminHash, err := openRelayStore(ctx, c, db, log)
+	st, secret, admin, err := openRelayStore(ctx, c, db, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 
-	return serveRelay(ctx, c, *addr, *shutdown, app.Options{Store: st, Secret: secret, AdminTokenHash: adminHash, Logger: log,
+	return serveRelay(ctx, c, *addr, *shutdown, app.Options{Store: st, Secret: secret, AdminTokenHash: admin.hash, Logger: log,
 		TokenURL: *tokenURL, FallbackModel: *fallbackModel, AdvertiseURL: *advertise, Retention: retention, Location: loc, EnvProxy: envProxy,
 		StreamIdleTimeout: streamIdle, ClientCompression: clientCompression, UpstreamCompression: upstreamCompression,
 		Bridge: bridge.PoolConfig{MaxAge: laneMaxAge}}, nil)

@@ -19,8 +19,8 @@ It is what the tests, the demo and the benchmarks talk to instead of OpenAI.
 Accounts come from -accounts-file and/or -account flags; with none, three demo
 accounts are served. Faults can be installed at start with -fault, and at run
 time through the control API under /_sim/ (accounts, faults, records, reset).
-The model is scripted by [[sim:...]] directives in the last user message
-(tool, words, events, delay, gap, seal): see the internal/sim package.
+The model is scripted by [[sim:...]] directives in the prompt: see "Prompt
+script" below.
 
 Account spec keys (comma-separated key=value):
   id, label, kind (chatgpt|openai), token, refresh, account-id, org, email, plan,
@@ -35,6 +35,54 @@ Fault spec keys:
   e.g. -fault kind=usage_limit,account=alice,after=2
 
 The sim serves until interrupted, then closes every stream and connection.`
+
+// simScriptHelp is the prompt script's part of sim --help, one entry per
+// directive the sim's parser knows (sim.Directives).
+func simScriptHelp() string {
+	var b strings.Builder
+	b.WriteString(`Prompt script:
+  The model follows [[sim:...]] directives in the text of the request's last
+  user message; they are cut out of the prompt before it is answered, and may
+  be combined. Without one, a prompt is answered "Simulated reply to: PROMPT",
+  the same whatever the account. After its last user message, a request that
+  holds tool outputs (function_call_output or custom_tool_call_output with a
+  call_id) is answered "Tool results:" and each output, so the tool is seen to
+  have run. A request with generate:false (a WebSocket prewarm) gets no output;
+  an input ending in {"type":"compaction_trigger"} one compaction item. An
+  unknown or malformed directive is answered 400, so a typo fails loudly; to
+  make requests fail otherwise, install a fault (-fault, or the control API).
+`)
+	for _, d := range sim.Directives() {
+		fmt.Fprintf(&b, "\n  %s\n", d.Syntax())
+		for _, line := range wrapText(d.Doc, 72) {
+			fmt.Fprintf(&b, "      %s\n", line)
+		}
+		fmt.Fprintf(&b, "      e.g. %s\n", d.Example)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// wrapText breaks s into lines of at most width bytes, at spaces (a longer
+// word gets a line of its own).
+func wrapText(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = w
+		case len(line)+1+len(w) <= width:
+			line += " " + w
+		default:
+			lines = append(lines, line)
+			line = w
+		}
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
+}
 
 // stringList is a repeatable string flag.
 type stringList []string
@@ -56,7 +104,7 @@ type simOptions struct {
 
 func runSim(ctx context.Context, c cli, args []string) error {
 	var o simOptions
-	fs := newFlagSet(c, "sim", simPurpose)
+	fs := newFlagSet(c, "sim", simPurpose+"\n\n"+simScriptHelp())
 	fs.StringVar(&o.addr, "addr", envOr(c, "CODEX_RELAY_SIM_ADDR", "127.0.0.1:2456"),
 		"listen address (env CODEX_RELAY_SIM_ADDR); port 0 picks a free port")
 	fs.StringVar(&o.accountsFile, "accounts-file", envOr(c, "CODEX_RELAY_SIM_ACCOUNTS", ""),

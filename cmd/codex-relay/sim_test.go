@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/logbuf"
+	"github.com/codexrelay/codex-relay/internal/sim"
 )
 
 func simTestCLI(env map[string]string) (cli, *logbuf.Buffer, *logbuf.Buffer) {
@@ -139,4 +140,31 @@ func TestSimRejectsBadOptions(t *testing.T) {
 		require.Error(t, err, "%v", args)
 		assert.False(t, errors.Is(err, flag.ErrHelp))
 	}
+}
+
+// sim --help gives the prompt script in full: every directive the sim's
+// parser knows (its own table), with its syntax and an example.
+func TestSimHelpGivesThePromptScript(t *testing.T) {
+	t.Parallel()
+	c, _, errOut := simTestCLI(nil)
+	require.ErrorIs(t, run(context.Background(), []string{"sim", "--help"}, c), flag.ErrHelp)
+	help := errOut.String()
+	assert.NotContains(t, help, "see the internal/sim package")
+	for _, want := range []string{"Prompt script:", "Simulated reply to: PROMPT", "Tool results:", "compaction_trigger", "answered 400"} {
+		assert.Contains(t, help, want)
+	}
+	directives := sim.Directives()
+	require.NotEmpty(t, directives)
+	for _, d := range directives {
+		assert.Contains(t, help, "\n  "+d.Syntax()+"\n", d.Name)
+		assert.Contains(t, help, "e.g. "+d.Example+"\n", d.Name)
+		first := wrapText(d.Doc, 72)[0]
+		assert.Contains(t, help, first, d.Name)
+	}
+}
+
+func TestWrapText(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, []string{"aa bb", "cc", "dddddddd", "e"}, wrapText("aa bb  cc dddddddd e", 5))
+	assert.Empty(t, wrapText("  ", 5))
 }

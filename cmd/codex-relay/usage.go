@@ -49,8 +49,8 @@ func runUsage(ctx context.Context, c cli, args []string) error {
 	fs.StringVar(&uf.groupBy, "group-by", "", "group by these, comma-separated: key, account, model, thread, day, hour (default: totals only)")
 	fs.StringVar(&uf.from, "from", "", "start, inclusive (default: 30 days ago)")
 	fs.StringVar(&uf.to, "to", "", "end, exclusive (default: a minute from now)")
-	fs.StringVar(&uf.key, "key", "", "only requests of this client key id")
-	fs.StringVar(&uf.account, "account", "", "only requests served by this account id")
+	fs.StringVar(&uf.key, "key", "", "only requests of this client key (id or name)")
+	fs.StringVar(&uf.account, "account", "", "only requests served by this account (id or label; the id of one since removed)")
 	fs.StringVar(&uf.model, "model", "", "only requests of this model (served or asked for)")
 	fs.StringVar(&uf.thread, "thread", "", "only requests of this thread id")
 	fs.BoolVar(&asCSV, "csv", false, "print the API's CSV instead of a table")
@@ -65,6 +65,12 @@ func runUsage(ctx context.Context, c cli, args []string) error {
 	groups, err := report.ParseGroups(uf.groupBy)
 	if err != nil {
 		return fmt.Errorf("%s: -group-by: %w", name, err)
+	}
+	if uf.key, err = api.resolveOne(ctx, keyRef, mayBeGone, uf.key); err != nil {
+		return fmt.Errorf("%s: -key: %w", name, err)
+	}
+	if uf.account, err = api.resolveOne(ctx, accountRef, mayBeGone, uf.account); err != nil {
+		return fmt.Errorf("%s: -account: %w", name, err)
 	}
 	q := uf.query()
 	if asCSV {

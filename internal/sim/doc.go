@@ -67,7 +67,8 @@
 // # Directives
 //
 // The model is scripted by directives in the text of the last user message
-// of the request, so the real Codex CLI does real work:
+// of the request, so the real Codex CLI does real work (Directives lists
+// them with an example each; codex-relay sim --help prints that list):
 //
 //	[[sim:tool NAME {"json":"args"}]]  call tool NAME (a function call with those
 //	                                   arguments; for a tool the request offers as

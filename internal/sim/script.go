@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,7 +12,7 @@ import (
 )
 
 // directives are the [[sim:...]] instructions found in the last user
-// message of a request. See the package documentation for the syntax.
+// message of a request. directiveTable lists them.
 type directives struct {
 	tools  []toolDirective
 	words  int
@@ -103,40 +104,95 @@ func splitDirective(s string) (name, args string, n int, err error) {
 	return name, strings.TrimSpace(s[pos : pos+closeAt]), pos + closeAt + 2, nil
 }
 
-func (d *directives) apply(name, args string) error {
-	switch name {
-	case "tool":
-		tool, targs, _ := strings.Cut(args, " ")
-		d.tools = append(d.tools, toolDirective{name: tool, args: strings.TrimSpace(targs)})
-	case "words", "events":
+// Directive is one [[sim:...]] directive a prompt may contain: its syntax,
+// what it does and a prompt that uses it. Directives lists them all; the
+// parser knows no other, and sim --help is written from the list.
+type Directive struct {
+	Name    string // the word after "sim:"
+	Args    string // its arguments' syntax; "" when it takes none
+	Doc     string // what it makes the sim do
+	Example string // a prompt using it
+	apply   func(d *directives, args string) error
+}
+
+// Syntax is the directive as a prompt writes it, with its arguments'
+// syntax: [[sim:words N]].
+func (d Directive) Syntax() string {
+	if d.Args == "" {
+		return directiveOpen + d.Name + "]]"
+	}
+	return directiveOpen + d.Name + " " + d.Args + "]]"
+}
+
+var directiveTable = []Directive{
+	{Name: "tool", Args: "NAME [ARGS]",
+		Doc: "call the tool NAME: a function call whose arguments are ARGS, a JSON object (default {}), " +
+			"or, for a tool the request offers as \"custom\", a custom tool call whose input is the text ARGS. " +
+			"Repeat it for several calls in one response. The answer to the request that brings the tools' outputs " +
+			"is \"Tool results:\" and each output",
+		Example: `list the files [[sim:tool exec_command {"cmd":"ls -la"}]]`,
+		apply: func(d *directives, args string) error {
+			tool, targs, _ := strings.Cut(args, " ")
+			d.tools = append(d.tools, toolDirective{name: tool, args: strings.TrimSpace(targs)})
+			return nil
+		}},
+	{Name: "words", Args: "N", Doc: "answer with N words (1 to 1000000) instead of quoting the prompt",
+		Example: "write an essay [[sim:words 500]]",
+		apply:   countDirective("words", func(d *directives, n int) { d.words = n })},
+	{Name: "events", Args: "N", Doc: "stream the answer in N output_text.delta events (1 to 1000000; default a delta per word, at most 16)",
+		Example: "[[sim:words 40]] [[sim:events 40]] one word per event",
+		apply:   countDirective("events", func(d *directives, n int) { d.events = n })},
+	{Name: "delay", Args: "DURATION", Doc: "wait DURATION (a Go duration up to 10m) before the first event",
+		Example: "answer slowly [[sim:delay 2s]]",
+		apply:   durationDirective("delay", func(d *directives, v time.Duration) { d.delay = v })},
+	{Name: "gap", Args: "DURATION", Doc: "wait DURATION (up to 10m) between events",
+		Example: "[[sim:words 20]] [[sim:gap 100ms]] a slow stream",
+		apply:   durationDirective("gap", func(d *directives, v time.Duration) { d.gap = v })},
+	{Name: "seal", Doc: "give this answer's message and tool calls their own encrypted_content, " +
+		"as accounts with seal-messages and seal-tool-calls do: ciphertext a relay cannot strip",
+		Example: "[[sim:seal]] a sealed answer",
+		apply: func(d *directives, args string) error {
+			if args != "" {
+				return fmt.Errorf("sim directive seal takes no arguments")
+			}
+			d.seal = true
+			return nil
+		}},
+}
+
+// Directives returns every directive the sim's script knows, in the order
+// its help lists them.
+func Directives() []Directive { return slices.Clone(directiveTable) }
+
+func countDirective(name string, set func(*directives, int)) func(*directives, string) error {
+	return func(d *directives, args string) error {
 		n, err := strconv.Atoi(args)
 		if err != nil || n < 1 || n > 1_000_000 {
 			return fmt.Errorf("sim directive %s: want a count from 1 to 1000000, got %q", name, args)
 		}
-		if name == "words" {
-			d.words = n
-		} else {
-			d.events = n
-		}
-	case "delay", "gap":
+		set(d, n)
+		return nil
+	}
+}
+
+func durationDirective(name string, set func(*directives, time.Duration)) func(*directives, string) error {
+	return func(d *directives, args string) error {
 		v, err := time.ParseDuration(args)
 		if err != nil || v < 0 || v > 10*time.Minute {
 			return fmt.Errorf("sim directive %s: want a duration up to 10m, got %q", name, args)
 		}
-		if name == "delay" {
-			d.delay = v
-		} else {
-			d.gap = v
-		}
-	case "seal":
-		if args != "" {
-			return fmt.Errorf("sim directive seal takes no arguments")
-		}
-		d.seal = true
-	default:
-		return fmt.Errorf("sim directive: unknown directive %q", name)
+		set(d, v)
+		return nil
 	}
-	return nil
+}
+
+func (d *directives) apply(name, args string) error {
+	for _, dir := range directiveTable {
+		if dir.Name == name {
+			return dir.apply(d, args)
+		}
+	}
+	return fmt.Errorf("sim directive: unknown directive %q", name)
 }
 
 // plannedCall is one tool call the response will make.

@@ -176,3 +176,20 @@ func FuzzParseDirectives(f *testing.F) {
 		}
 	})
 }
+
+// Each directive of the table has its syntax, what it does and an example
+// that the parser reads, and that uses it.
+func TestDirectiveExamples(t *testing.T) {
+	t.Parallel()
+	require.NotEmpty(t, Directives())
+	for _, d := range Directives() {
+		assert.NotEmpty(t, d.Doc, d.Name)
+		assert.True(t, strings.HasPrefix(d.Syntax(), "[[sim:"+d.Name), d.Name)
+		assert.Contains(t, d.Example, "[[sim:"+d.Name, "the example of %s uses it", d.Name)
+		got, _, err := parseDirectives(d.Example)
+		require.NoError(t, err, "example of %s: %s", d.Name, d.Example)
+		assert.NotEqual(t, directives{}, got, d.Name)
+	}
+	_, _, err := parseDirectives("[[sim:explode]]")
+	assert.ErrorContains(t, err, "unknown directive", "the parser knows only the table's")
+}
