@@ -108,6 +108,10 @@ type AccountForm struct {
 	// ProxyURL is the outbound proxy, http://, https:// or socks5://,
 	// user:password@ allowed; it is a secret like the credentials.
 	ProxyURL *string `json:"proxy_url"`
+
+	// accessExpiresAt is when a login's access token expires, for the
+	// accounts an import or a sign-in adds (the API takes no such field).
+	accessExpiresAt time.Time
 }
 
 func str(p *string) string {
@@ -177,7 +181,7 @@ func (f AccountForm) newAccount() (store.Account, store.Credentials, error) {
 	}
 	a := store.Account{
 		Kind: kind, Label: str(f.Label), BaseURL: str(f.BaseURL), Organization: str(f.Organization),
-		ChatGPTAccountID: str(f.AccountID), Email: str(f.Email), PlanType: str(f.PlanType),
+		ChatGPTAccountID: str(f.AccountID), Email: str(f.Email), PlanType: str(f.PlanType), AccessExpiresAt: f.accessExpiresAt,
 	}
 	if f.Tags != nil {
 		a.Tags = *f.Tags
