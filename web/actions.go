@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -83,16 +84,57 @@ func (s *Server) pinBinding(c echo.Context, kind store.BindingKind, raw, account
 // addAccount validates and stores a new account; action is account.create
 // or account.import.
 func (s *Server) addAccount(c echo.Context, f AccountForm, action string) (store.Account, error) {
+	return s.addAccountAs(c.Request().Context(), actorOf(c), f, action)
+}
+
+// addAccountAs is addAccount for an action that outlives its request (a
+// sign-in), audited as w.
+func (s *Server) addAccountAs(ctx context.Context, w who, f AccountForm, action string) (store.Account, error) {
 	a, cred, err := f.newAccount()
 	if err != nil {
 		return store.Account{}, err
 	}
-	created, err := s.cfg.Store.CreateAccount(c.Request().Context(), a, cred)
+	created, err := s.cfg.Store.CreateAccount(ctx, a, cred)
 	if err != nil {
 		return store.Account{}, err
 	}
-	s.audit(c, action, "account:"+created.ID, created.Label+" ("+string(created.Kind)+")")
+	s.auditAs(ctx, w, action, "account:"+created.ID, created.Label+" ("+string(created.Kind)+")")
 	return created, nil
+}
+
+// updateAccount applies a PATCH form to an account, whole or not at all
+// (accountPatch), and audits the fields it set. The API's PATCH and the
+// console's account page both save through it, so they accept and refuse
+// the same input with the same messages.
+func (s *Server) updateAccount(c echo.Context, id string, f AccountForm) (store.Account, error) {
+	ctx := c.Request().Context()
+	p, err := s.accountPatch(ctx, id, f)
+	if err != nil {
+		return store.Account{}, err
+	}
+	a, err := s.cfg.Store.UpdateAccount(ctx, id, p)
+	if err != nil {
+		return store.Account{}, err
+	}
+	s.audit(c, "account.update", "account:"+a.ID, "changed "+strings.Join(f.fieldsGiven(), ", "))
+	return a, nil
+}
+
+// removeAccount deletes an account with its credentials and every binding
+// that points at it (store.DeleteAccount). Its threads are placed afresh at
+// their next request; its live lanes retire at the end of their turn. It
+// returns the account as it was.
+func (s *Server) removeAccount(c echo.Context, id string) (store.Account, error) {
+	ctx := c.Request().Context()
+	a, err := s.cfg.Store.Account(ctx, id)
+	if err != nil {
+		return store.Account{}, err
+	}
+	if err := s.cfg.Store.DeleteAccount(ctx, a.ID); err != nil {
+		return store.Account{}, err
+	}
+	s.audit(c, "account.delete", "account:"+a.ID, a.Label+" and its bindings")
+	return a, nil
 }
 
 // setAccountPaused pauses an account (it serves nothing) or resumes it.

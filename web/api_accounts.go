@@ -2,6 +2,7 @@ package web
 
 import (
 	"cmp"
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -107,6 +108,10 @@ type AccountForm struct {
 	// ProxyURL is the outbound proxy, http://, https:// or socks5://,
 	// user:password@ allowed; it is a secret like the credentials.
 	ProxyURL *string `json:"proxy_url"`
+
+	// accessExpiresAt is when a login's access token expires, for the
+	// accounts an import or a sign-in adds (the API takes no such field).
+	accessExpiresAt time.Time
 }
 
 func str(p *string) string {
@@ -176,7 +181,7 @@ func (f AccountForm) newAccount() (store.Account, store.Credentials, error) {
 	}
 	a := store.Account{
 		Kind: kind, Label: str(f.Label), BaseURL: str(f.BaseURL), Organization: str(f.Organization),
-		ChatGPTAccountID: str(f.AccountID), Email: str(f.Email), PlanType: str(f.PlanType),
+		ChatGPTAccountID: str(f.AccountID), Email: str(f.Email), PlanType: str(f.PlanType), AccessExpiresAt: f.accessExpiresAt,
 	}
 	if f.Tags != nil {
 		a.Tags = *f.Tags
@@ -264,33 +269,41 @@ func (s *Server) getAccount(c echo.Context) error {
 }
 
 func (s *Server) patchAccount(c echo.Context) error {
-	ctx := c.Request().Context()
-	id := c.Param("id")
 	var f AccountForm
 	if err := decodeJSON(c, &f); err != nil {
 		return err
 	}
-	if f.Kind != nil {
-		return badField("kind", "cannot be changed; add a new account instead")
-	}
-	if err := f.validateCommon(); err != nil {
-		return err
-	}
-	current, err := s.cfg.Store.Account(ctx, id)
+	a, err := s.updateAccount(c, c.Param("id"), f)
 	if err != nil {
 		return err
 	}
-	// Everything is checked before anything is written, and written in one
-	// update: a PATCH applies whole or not at all.
+	return c.JSON(http.StatusOK, viewAccount(a))
+}
+
+// accountPatch checks a PATCH form against the account it changes and
+// turns it into the store's patch. Everything is checked here, before
+// anything is written: the patch then applies in one update, whole or not
+// at all.
+func (s *Server) accountPatch(ctx context.Context, id string, f AccountForm) (store.AccountPatch, error) {
+	if f.Kind != nil {
+		return store.AccountPatch{}, badField("kind", "cannot be changed; add a new account instead")
+	}
+	if err := f.validateCommon(); err != nil {
+		return store.AccountPatch{}, err
+	}
+	current, err := s.cfg.Store.Account(ctx, id)
+	if err != nil {
+		return store.AccountPatch{}, err
+	}
 	p := store.AccountPatch{Tags: f.Tags, Priority: f.Priority, MaxConcurrency: f.MaxConcurrency}
 	if f.APIKey != nil || f.AccessToken != nil || f.RefreshToken != nil || f.IDToken != nil {
 		cred, err := s.cfg.Store.Credentials(ctx, id)
 		if err != nil {
-			return err
+			return store.AccountPatch{}, err
 		}
 		if current.Kind == store.KindChatGPT {
 			if f.APIKey != nil {
-				return badField("api_key", "not used by chatgpt accounts")
+				return store.AccountPatch{}, badField("api_key", "not used by chatgpt accounts")
 			}
 			if f.AccessToken != nil {
 				cred.AccessToken = str(f.AccessToken)
@@ -303,10 +316,10 @@ func (s *Server) patchAccount(c echo.Context) error {
 			}
 		} else {
 			if f.AccessToken != nil || f.RefreshToken != nil || f.IDToken != nil {
-				return badField("access_token", "only chatgpt accounts take tokens")
+				return store.AccountPatch{}, badField("access_token", "only chatgpt accounts take tokens")
 			}
 			if str(f.APIKey) == "" {
-				return badField("api_key", "must not be blank")
+				return store.AccountPatch{}, badField("api_key", "must not be blank")
 			}
 			cred.APIKey = str(f.APIKey)
 		}
@@ -315,7 +328,7 @@ func (s *Server) patchAccount(c echo.Context) error {
 	if f.ProxyURL != nil {
 		proxy, err := f.proxy()
 		if err != nil {
-			return err
+			return store.AccountPatch{}, err
 		}
 		p.Proxy = &proxy
 	}
@@ -329,14 +342,9 @@ func (s *Server) patchAccount(c echo.Context) error {
 	p.Label, p.BaseURL, p.Organization = trimmed(f.Label), trimmed(f.BaseURL), trimmed(f.Organization)
 	p.ChatGPTAccountID, p.Email, p.PlanType = trimmed(f.AccountID), trimmed(f.Email), trimmed(f.PlanType)
 	if current.Kind == store.KindChatGPT && p.ChatGPTAccountID != nil && *p.ChatGPTAccountID == "" {
-		return badField("account_id", "must not be blank for chatgpt accounts")
+		return store.AccountPatch{}, badField("account_id", "must not be blank for chatgpt accounts")
 	}
-	a, err := s.cfg.Store.UpdateAccount(ctx, id, p)
-	if err != nil {
-		return err
-	}
-	s.audit(c, "account.update", "account:"+a.ID, "changed "+strings.Join(f.fieldsGiven(), ", "))
-	return c.JSON(http.StatusOK, viewAccount(a))
+	return p, nil
 }
 
 // fieldsGiven names the fields a PATCH sets (never their values: some are
@@ -362,15 +370,9 @@ func (f AccountForm) fieldsGiven() []string {
 }
 
 func (s *Server) deleteAccount(c echo.Context) error {
-	ctx := c.Request().Context()
-	a, err := s.cfg.Store.Account(ctx, c.Param("id"))
-	if err != nil {
+	if _, err := s.removeAccount(c, c.Param("id")); err != nil {
 		return err
 	}
-	if err := s.cfg.Store.DeleteAccount(ctx, a.ID); err != nil {
-		return err
-	}
-	s.audit(c, "account.delete", "account:"+a.ID, a.Label+" and its bindings")
 	return c.NoContent(http.StatusNoContent)
 }
 

@@ -15,13 +15,29 @@ import (
 // the action, its target and a short detail. The action has happened by now,
 // so a failed write is logged rather than turned into a failed answer.
 func (s *Server) audit(c echo.Context, action, target, detail string) {
+	s.auditAs(c.Request().Context(), actorOf(c), action, target, detail)
+}
+
+// who is the operator behind an action, as the audit log names them: an
+// action that ends after its request (a sign-in completing in the
+// background) keeps the who of the request that started it.
+type who struct {
+	Actor, Address string
+}
+
+func actorOf(c echo.Context) who {
 	actor, _ := c.Get(actorKey).(string)
 	if actor == "" {
 		actor = actorAdmin // the login page: someone trying to become the admin
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), 5*time.Second)
+	return who{Actor: actor, Address: c.RealIP()}
+}
+
+// auditAs records an action of w; ctx's cancellation does not stop the write.
+func (s *Server) auditAs(ctx context.Context, w who, action, target, detail string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, err := s.cfg.Store.RecordAudit(ctx, store.AuditEntry{Actor: actor, Address: c.RealIP(), Action: action,
+	_, err := s.cfg.Store.RecordAudit(ctx, store.AuditEntry{Actor: w.Actor, Address: w.Address, Action: action,
 		Target: target, Detail: detail})
 	if err != nil {
 		s.log.Error("audit log write failed", "action", action, "target", target, "err", err)

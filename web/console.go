@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/codexrelay/codex-relay/internal/oauth"
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
 	"github.com/codexrelay/codex-relay/web/ui"
@@ -173,6 +174,7 @@ func (s *Server) accountRows(ctx context.Context, accounts []store.Account, now 
 			Email: a.Email, Plan: a.PlanType, BaseURL: a.BaseURL, Tags: strings.Join(a.Tags, ", "), Proxy: a.Proxy.String(),
 			Status: strings.ReplaceAll(string(a.Status), "_", " "), Tone: statusTone(a.Status), Reason: a.StatusReason,
 			InFlight: s.cfg.Relay.InFlight(a.ID), Lanes: lanes[a.ID], LaneCap: laneCap, Bindings: bound, Paused: a.Status == store.StatusPaused,
+			URL: accountURL(a.ID), ResumeHint: resumeHint(a.Status),
 			BindingsURL:    "/admin/bindings?" + url.Values{"account": {a.ID}}.Encode(),
 			RequestsURL:    "/admin/requests?" + url.Values{"account": {a.ID}}.Encode(),
 			DiagnosticsURL: "/admin/diagnostics?" + url.Values{"account": {a.ID}}.Encode()}
@@ -213,7 +215,12 @@ func (s *Server) renderAccounts(c echo.Context, status int, form ui.AccountForm)
 	if err != nil {
 		return err
 	}
-	return s.render(c, status, ui.AccountsPage(s.frame(c, "accounts", "Accounts"), ui.Accounts{Accounts: rows, Form: form}))
+	p := ui.Accounts{Accounts: rows, Form: form}
+	now := s.cfg.Now()
+	for _, si := range s.signIns.list(now) {
+		p.SignIns = append(p.SignIns, s.signInView(si, now))
+	}
+	return s.render(c, status, ui.AccountsPage(s.frame(c, "accounts", "Accounts"), p))
 }
 
 func (s *Server) bindingsPage(c echo.Context) error {
@@ -507,7 +514,8 @@ func (s *Server) renderSettings(c echo.Context, status int, prices *ui.PriceForm
 			{Name: "Session lifetime", Value: span(sessionTTL), Note: "signed HttpOnly SameSite=Strict cookie; a new admin token ends every session"},
 			{Name: "Secure cookies", Value: cookie, Note: "Secure is set whenever the console is served over TLS"},
 			{Name: "Login rate limit", Value: strconv.Itoa(loginBurst) + " attempts, then 1 per " + span(loginRefill), Note: "per client address"},
-			{Name: "Live updates", Value: "every " + span(s.cfg.LiveInterval), Note: "overview, lanes and diagnostics, over SSE"},
+			{Name: "Live updates", Value: "every " + span(s.cfg.LiveInterval), Note: "overview, lanes, diagnostics and sign-ins, over SSE"},
+			{Name: "ChatGPT sign-in", Value: cmp.Or(s.cfg.AuthURL, oauth.DefaultIssuer), Note: "CODEX_RELAY_AUTH_URL: the auth server of the Accounts page's Sign in with ChatGPT; a code waits " + span(s.cfg.SignInTimeout) + " for its approval"},
 		}},
 		{Title: "This replica", Items: []ui.Setting{
 			{Name: "Replica id", Value: s.cfg.Relay.ReplicaID(), Note: "marked \"this one\" under Replicas"},

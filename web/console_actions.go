@@ -62,12 +62,7 @@ func parseAccountAddForm(c echo.Context) accountAddForm {
 
 // AccountForm maps the console form onto the API's: blank fields are absent.
 func (f accountAddForm) AccountForm() AccountForm {
-	opt := func(v string) *string {
-		if v == "" {
-			return nil
-		}
-		return &v
-	}
+	opt := optional
 	out := AccountForm{Kind: opt(f.Kind), Label: opt(f.Label), BaseURL: opt(f.BaseURL), Organization: opt(f.Organization),
 		APIKey: opt(f.APIKey), AccessToken: opt(f.AccessToken), RefreshToken: opt(f.RefreshToken), IDToken: opt(f.IDToken),
 		AccountID: opt(f.AccountID), Email: opt(f.Email), ProxyURL: opt(f.ProxyURL)}
@@ -144,19 +139,25 @@ func (s *Server) consoleImportAccount(c echo.Context) error {
 	return s.back(c, "/admin/accounts", nil, strings.Join(parts, " "))
 }
 
+// The pause, probe and resume forms come from the accounts list or an
+// account's page (return) and go back there.
+
 func (s *Server) consolePauseAccount(c echo.Context) error {
 	a, err := s.setAccountPaused(c, c.Param("id"), true, c.FormValue("reason"))
-	return s.back(c, "/admin/accounts", err, "Paused "+a.Label+": it serves nothing until resumed.")
+	return s.back(c, safeReturn(c.FormValue("return"), "/admin/accounts"), err, "Paused "+a.Label+": it serves nothing until resumed.")
 }
 
 func (s *Server) consoleProbeAccount(c echo.Context) error {
 	a, err := s.probeAccount(c, c.Param("id"))
-	return s.back(c, "/admin/accounts", err, "Probed "+a.Label+": "+string(a.Status)+".")
+	return s.back(c, safeReturn(c.FormValue("return"), "/admin/accounts"), err, "Probed "+a.Label+": "+string(a.Status)+".")
 }
 
+// consoleResumeAccount returns an account to service whatever kept it out
+// (paused, limited until a reset, waiting for a new login), as the API's
+// resume does.
 func (s *Server) consoleResumeAccount(c echo.Context) error {
 	a, err := s.setAccountPaused(c, c.Param("id"), false, "")
-	return s.back(c, "/admin/accounts", err, "Resumed "+a.Label+".")
+	return s.back(c, safeReturn(c.FormValue("return"), "/admin/accounts"), err, "Resumed "+a.Label+": it serves requests again.")
 }
 
 // bindingActionForm is the console's reset form (by: what to reset, value:

@@ -47,6 +47,16 @@ func (s *Server) live(c echo.Context) error {
 			p, err := s.diagnosticsView(ctx, q)
 			return ui.DiagnosticsBody(p), err
 		}
+	case "signin":
+		si, ok := s.signIns.get(c.QueryParam("id"))
+		if !ok {
+			return echo.ErrNotFound
+		}
+		sess, _ := c.Get(sessionKey).(session)
+		token := s.sessions.csrf(purposeSession, sess) // for its cancel form
+		fragment = func(context.Context) (templ.Component, error) {
+			return ui.SignInBody(s.signInView(si, s.cfg.Now()), token), nil
+		}
 	default:
 		return echo.ErrNotFound
 	}

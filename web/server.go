@@ -58,6 +58,18 @@ type Config struct {
 	// Location is the time zone of usage reports' days and hours and of
 	// calendar budget windows (CODEX_RELAY_TIMEZONE). Nil: UTC.
 	Location *time.Location
+	// AuthURL is the ChatGPT auth server the console's "Sign in with
+	// ChatGPT" uses (CODEX_RELAY_AUTH_URL, as `accounts login -auth-url`);
+	// "" is oauth.DefaultIssuer. Tests point it at the simulated upstream.
+	AuthURL string
+	// SignInClient returns the HTTP client a console sign-in is sent
+	// through, given the proxy the account will use: its traffic's way out
+	// (cmd passes the relay's upstream's Via). Nil: a client of the sign-in's
+	// own, through the proxy or as the environment says.
+	SignInClient func(store.Proxy) (*http.Client, error)
+	// SignInTimeout is how long a console sign-in waits for its approval:
+	// the life of its user code. Default 15 minutes.
+	SignInTimeout time.Duration
 }
 
 // Relay is what the web layer uses of the relay. *relay.Server has it.
@@ -93,7 +105,7 @@ func (noRelay) ReplicaLiveSince() time.Time {
 }
 
 // Server is the HTTP front of the relay. Its fields are static after New;
-// sessions and limiter guard their own state.
+// sessions, limiter and signIns guard their own state.
 type Server struct {
 	cfg      Config
 	echo     *echo.Echo
@@ -101,6 +113,7 @@ type Server struct {
 	sessions *sessions
 	limiter  *loginLimiter
 	log      *slog.Logger
+	signIns  *signIns // the console's sign-ins; ended by Close
 }
 
 // New builds the server and its routes.
@@ -124,6 +137,9 @@ func New(cfg Config) *Server {
 	if cfg.LiveInterval <= 0 {
 		cfg.LiveInterval = 2 * time.Second
 	}
+	if cfg.SignInTimeout <= 0 {
+		cfg.SignInTimeout = defaultSignInTimeout
+	}
 	if cfg.BodyReadTimeout <= 0 {
 		cfg.BodyReadTimeout = defaultBodyReadTimeout
 	}
@@ -144,6 +160,7 @@ func New(cfg Config) *Server {
 		metrics:  newHTTPMetrics(cfg.Registry),
 		sessions: newSessions(cfg.SessionKey, cfg.AdminTokenHash, cfg.Now),
 		limiter:  newLoginLimiter(loginBurst, loginRefill, cfg.Now),
+		signIns:  newSignIns(),
 	}
 	e.HTTPErrorHandler = s.handleError
 	s.routes()

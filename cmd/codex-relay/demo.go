@@ -75,7 +75,8 @@ func runDemo(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveRelay(ctx, c, *addr, 5*time.Second, app.Options{Store: st, Secret: secret, AdminTokenHash: admin.hash, Logger: log, TokenURL: upstream.TokenURL()}, func(a string) {
+	return serveRelay(ctx, c, *addr, 5*time.Second, app.Options{Store: st, Secret: secret, AdminTokenHash: admin.hash, Logger: log, TokenURL: upstream.TokenURL(),
+		AuthURL: upstream.URL}, func(a string) { // the console's sign-in against the sim too
 		printDemoBanner(c, a, admin, key, upstream.URL, st.Location().String())
 	})
 }

@@ -28,6 +28,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	addr := fs.String("addr", envOr(c, "CODEX_RELAY_ADDR", DefaultAddr), "listen address (env CODEX_RELAY_ADDR)")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "how long open requests may finish after SIGINT/SIGTERM")
 	tokenURL := fs.String("token-url", envOr(c, "CODEX_RELAY_TOKEN_URL", oauth.DefaultTokenURL), "OAuth token endpoint that refreshes ChatGPT accounts' tokens (env CODEX_RELAY_TOKEN_URL)")
+	authURL := fs.String("auth-url", envOr(c, "CODEX_RELAY_AUTH_URL", oauth.DefaultIssuer), "the ChatGPT auth server the console's Sign in with ChatGPT uses, as 'accounts login -auth-url' (env CODEX_RELAY_AUTH_URL)")
 	fallbackModel := fs.String("fallback-model", envOr(c, "CODEX_RELAY_FALLBACK_MODEL", ""), "model requests ask for when they fall back to accounts tagged \"fallback\" (env CODEX_RELAY_FALLBACK_MODEL); empty: the client's model")
 	retentionText := fs.String("retention", envOr(c, "CODEX_RELAY_RETENTION", "720h"), "how long the request log and attempt records are kept (env CODEX_RELAY_RETENTION), a duration such as 720h or 2160h; 0 keeps them all")
 	advertise := fs.String("advertise-url", envOr(c, "CODEX_RELAY_ADVERTISE_URL", ""), "base URL the other replicas reach this one at, to forward a thread's requests to the replica holding its lane (env CODEX_RELAY_ADVERTISE_URL); default http://<listen address>, or none when listening on all interfaces without it")
@@ -82,7 +83,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	defer st.Close()
 
 	return serveRelay(ctx, c, *addr, *shutdown, app.Options{Store: st, Secret: secret, AdminTokenHash: admin.hash, Logger: log,
-		TokenURL: *tokenURL, FallbackModel: *fallbackModel, AdvertiseURL: *advertise, Retention: retention, Location: loc, EnvProxy: envProxy,
+		TokenURL: *tokenURL, AuthURL: *authURL, FallbackModel: *fallbackModel, AdvertiseURL: *advertise, Retention: retention, Location: loc, EnvProxy: envProxy,
 		StreamIdleTimeout: streamIdle, ClientCompression: clientCompression, UpstreamCompression: upstreamCompression,
 		Bridge: bridge.PoolConfig{MaxAge: laneMaxAge}}, nil)
 }

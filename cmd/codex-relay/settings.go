@@ -58,6 +58,7 @@ var settings = []setting{
 	{envPrefix + "ADMIN_TOKEN", secret},
 	{envPrefix + "SECRET_KEY", secret},
 	{envPrefix + "TOKEN_URL", notSecret},
+	{envPrefix + "AUTH_URL", notSecret}, // serve's console sign-in, and accounts login
 	{envPrefix + "FALLBACK_MODEL", notSecret},
 	{envPrefix + "RETENTION", notSecret},
 	{envPrefix + "TIMEZONE", notSecret},
@@ -72,7 +73,6 @@ var settings = []setting{
 	{envPrefix + "LOG_LEVEL", notSecret},
 	// the admin commands (accounts, keys, bindings, usage)
 	{envPrefix + "URL", notSecret},
-	{envPrefix + "AUTH_URL", notSecret},
 	{envPrefix + "ACCOUNT_PROXY_URL", secretWithPassword},
 	{envPrefix + "ACCOUNT_API_KEY", secret},
 	{envPrefix + "ACCOUNT_ACCESS_TOKEN", secret},

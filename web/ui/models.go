@@ -112,6 +112,11 @@ type AccountRow struct {
 	LaneCap                                  int
 	Paused                                   bool
 	BindingsURL, RequestsURL, DiagnosticsURL string
+	// URL is the account's page.
+	URL string
+	// ResumeHint says what Resume does for the account's status; "" when
+	// it is active and there is nothing to resume.
+	ResumeHint string
 }
 
 // Usage is one usage window of an account: Percent used (0-100, drawn as a
@@ -121,10 +126,58 @@ type Usage struct {
 	Percent                  int
 }
 
-// Accounts lists the accounts and the forms to add one.
+// Accounts lists the accounts, the sign-ins of this replica, and the
+// forms to add one.
 type Accounts struct {
 	Accounts []AccountRow
+	SignIns  []SignIn
 	Form     AccountForm
+}
+
+// AccountDetail is one account's page: its state and settings, and the
+// form that edits them.
+type AccountDetail struct {
+	Account                  AccountRow
+	ChatGPT                  bool
+	Priority, MaxConcurrency string
+	Created, Updated         string
+	AccessExpires            string // "" when unknown or not a ChatGPT account
+	Form                     AccountEditForm
+}
+
+// AccountEditForm holds the edit form's fields: the account's own, or
+// what the operator typed when the form was refused. ProxyURL is a proxy
+// typed that holds no password (one that does is never sent back:
+// ProxyDropped); Proxy is the account's current one, without its password.
+type AccountEditForm struct {
+	Label, BaseURL, Organization, Tags, Priority, MaxConcurrency string
+	AccountID, Email, PlanType                                   string
+	ProxyURL, Proxy                                              string
+	NoProxy, ProxyDropped                                        bool
+}
+
+// AccountRemoval is the confirmation page of removing an account: what
+// goes with it. Threads and Sessions are its bindings of each kind,
+// PinnedThreads and PinnedSessions its pins; Others counts the accounts
+// left; KeysOnly names the client keys limited to it alone, KeysAlso those
+// limited to it and others.
+type AccountRemoval struct {
+	Account                       AccountRow
+	Threads, Sessions             int
+	PinnedThreads, PinnedSessions int
+	Others                        int
+	KeysOnly, KeysAlso            []string
+}
+
+// SignIn is a ChatGPT device-code sign-in started from the console: the
+// code to enter at VerificationURL while Pending, then its outcome.
+type SignIn struct {
+	ID, URL, UserCode, VerificationURL string
+	State, Tone, Message               string
+	Started, Expires                   string
+	Pending                            bool
+	AccountLabel, AccountURL           string // the account it added or signed in again
+	LiveURL                            string // its live region's stream, on its page
 }
 
 // AccountForm holds what an operator typed into the add form, to show it

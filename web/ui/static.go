@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"io/fs"
 	"strconv"
+	"strings"
 )
 
 // Static holds the console's stylesheet and script, served under
@@ -39,6 +40,16 @@ var assetVersion = func() string {
 func asset(name string) string { return "/admin/static/" + name + "?v=" + assetVersion }
 
 func num[T ~int | ~int64](n T) string { return strconv.FormatInt(int64(n), 10) }
+
+// plural is one or many, as n says.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func join(names []string) string { return strings.Join(names, ", ") }
 
 // nav is the console's navigation, in order.
 var nav = []struct{ Key, Label, URL string }{

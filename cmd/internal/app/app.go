@@ -52,6 +52,9 @@ type Options struct {
 	// TokenURL is where ChatGPT refresh tokens are redeemed; "" is
 	// oauth.DefaultTokenURL.
 	TokenURL string
+	// AuthURL is the ChatGPT auth server of the console's sign-in; "" is
+	// oauth.DefaultIssuer.
+	AuthURL string
 	// FallbackModel is the model a request asks for once it fell back to
 	// the fallback group; "": the client's.
 	FallbackModel string
@@ -103,6 +106,7 @@ type Relay struct {
 	upstream *relay.Upstream
 	tokens   *oauth.Refresher
 	poller   *oauth.UsagePoller
+	web      *web.Server
 	hs       *http.Server
 }
 
@@ -150,7 +154,8 @@ func New(ln net.Listener, opts Options) (*Relay, error) {
 		return a, nil
 	}
 	srv := web.New(web.Config{Store: st, AdminTokenHash: opts.AdminTokenHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl,
-		SessionKey: derivedKey(opts.Secret, sessionKeyPurpose), Probe: probe, Location: opts.Location})
+		SessionKey: derivedKey(opts.Secret, sessionKeyPurpose), Probe: probe, Location: opts.Location,
+		AuthURL: opts.AuthURL, SignInClient: up.Via})
 	hs := httpServer(srv, log)
 	if opts.ReadHeaderTimeout > 0 {
 		hs.ReadHeaderTimeout = opts.ReadHeaderTimeout
@@ -158,7 +163,7 @@ func New(ln net.Listener, opts Options) (*Relay, error) {
 	log.Info("codex-relay listening", "addr", ln.Addr().String(), "database", st.Location().String(),
 		"lane_max_age", pool.MaxAge.String(),
 		"ws_compression", opts.ClientCompression.String(), "upstream_ws_compression", opts.UpstreamCompression.String())
-	return &Relay{ln: ln, log: log, store: st, server: rl, upstream: up, tokens: tokens, poller: poller, hs: hs}, nil
+	return &Relay{ln: ln, log: log, store: st, server: rl, upstream: up, tokens: tokens, poller: poller, web: srv, hs: hs}, nil
 }
 
 // Addr is the address the relay listens on.
@@ -193,6 +198,7 @@ func (r *Relay) Serve(ctx context.Context, grace time.Duration) error {
 	defer func() { stopRelay(); background.Wait() }()
 	err := serveUntilDone(ctx, r.hs, r.ln, grace, r.log, r.server)
 	r.server.Close() // WebSocket sessions are hijacked: Shutdown did not end them
+	r.web.Close()    // the console's sign-ins under way end
 	return err
 }
 

@@ -6,7 +6,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/logbuf"
+	"github.com/codexrelay/codex-relay/internal/sim"
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/web"
 )
@@ -136,4 +140,63 @@ func TestAdvertiseURL(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, advertiseURL(tc.addr), "%v", tc.addr)
 	}
+}
+
+// The console's Sign in with ChatGPT goes to Options.AuthURL (here the
+// sim's auth server), and a sign-in still waiting for its approval when
+// Serve's context ends is ended with it: Serve returns only after its
+// goroutine, which records why in the audit log.
+func TestServeEndsTheConsoleSignIns(t *testing.T) {
+	t.Parallel()
+	upstream := sim.NewServer(sim.Config{Accounts: []sim.Account{{ID: "alice", Kind: sim.KindChatGPT, AccessToken: "at", RefreshToken: "rt", ChatGPTAccountID: "cg-alice"}}})
+	defer upstream.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	st := openTestStore(t)
+	r, err := New(ln, Options{Store: st, Secret: []byte("a-secret-key-for-this-test"), AdminTokenHash: web.HashAdminToken("an-admin-token-for-tests"),
+		AuthURL: upstream.URL})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- r.Serve(ctx, 5*time.Second) }()
+
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	base := "http://" + r.Addr().String()
+	csrf := regexp.MustCompile(`name="_csrf" value="([^"]+)"`)
+	page := func(path string) string {
+		resp, err := client.Get(base + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	post := func(path string, form url.Values, from string) string {
+		form.Set("_csrf", csrf.FindStringSubmatch(page(from))[1])
+		resp, err := client.PostForm(base+path, form)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		return string(b)
+	}
+	post("/admin/login", url.Values{"token": {"an-admin-token-for-tests"}, "next": {"/admin/accounts"}}, "/admin/login")
+	signIn := post("/admin/accounts/signin", url.Values{}, "/admin/accounts")
+	assert.Contains(t, signIn, upstream.URL+"/codex/device", "the sign-in is the sim's")
+	require.Len(t, upstream.DeviceLogins(), 1, "a code was asked of the sim")
+
+	cancel()
+	select {
+	case err := <-served:
+		assert.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	entries, _, err := st.AuditLog(context.Background(), store.AuditFilter{Action: "account.signin"})
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	assert.Equal(t, "failed: the relay stopped before the sign-in was approved; start again", entries[0].Detail)
 }
