@@ -1,14 +1,19 @@
 package web
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/internal/store/storetest"
+	"github.com/codexrelay/codex-relay/relay"
 )
 
 // The bare address sends a browser to the console; only GET and HEAD of
@@ -40,5 +45,126 @@ func TestRootRedirectsToTheConsole(t *testing.T) {
 		if c.status == http.StatusNotFound && c.method != http.MethodHead {
 			assert.Contains(t, rec.Header().Get("Content-Type"), "application/json", "%s %s is the API's 404, as before", c.method, c.path)
 		}
+	}
+}
+
+// The request page shows one request whole: what the client got, its ids
+// linked to their pages, its usage and cost (marked unpriced when its row
+// says so), and its attempts in order; an unknown id is a 404 page.
+func TestConsoleRequestPage(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		f := seedBindings(t, s)
+		key, _, err := s.CreateClientKey(ctx, store.ClientKey{Name: "laptop"})
+		require.NoError(t, err)
+		now := time.Now()
+		require.NoError(t, s.RecordRequest(ctx, store.RequestRecord{ID: "req_detail", ClientKeyID: key.ID, ThreadID: "t1", SessionID: "s1",
+			AccountID: f.a.ID, Transport: "ws", Path: "/backend-api/codex/responses", Model: "gpt-9-codex", ModelServed: "gpt-9-codex",
+			Status: 200, Recovery: "failover", StartedAt: now.Add(-time.Minute), FirstEvent: 300 * time.Millisecond, Duration: 2 * time.Second,
+			InputTokens: 12000, CachedTokens: 3000, OutputTokens: 800, ReasoningTokens: 200, TotalTokens: 12800,
+			CostNanos: 4_200_000, Charged: true, Unpriced: true}, []store.Attempt{
+			{RequestID: "req_detail", Seq: 2, AccountID: f.a.ID, FromAccountID: f.b.ID, Class: "ok", Recovery: "failover", Action: "done", Status: 200,
+				StartedAt: now.Add(-time.Minute + 50*time.Millisecond), EndedAt: now.Add(-time.Minute + 2*time.Second)},
+			{RequestID: "req_detail", Seq: 1, AccountID: f.b.ID, Class: "usage_limit", Action: "next_account", Status: 429, ErrorCode: "usage_limit_reached",
+				Detail: "the account is limited until its reset", StartedAt: now.Add(-time.Minute), EndedAt: now.Add(-time.Minute + 50*time.Millisecond)},
+		}))
+		require.NoError(t, s.RecordRequest(ctx, store.RequestRecord{ID: "req_failed", Transport: "http", Path: "/v1/responses", Model: "gpt-5.5",
+			Status: 429, ErrorCode: "usage_limit_reached", StartedAt: now, Duration: time.Second}, []store.Attempt{
+			{RequestID: "req_failed", Seq: 1, AccountID: f.b.ID, Class: "usage_limit", Action: "terminal", Status: 429,
+				ErrorCode: "usage_limit_reached", Detail: "every account is limited", StartedAt: now, EndedAt: now},
+		}))
+		srv, _ := consoleServer(t, s)
+		b := newBrowser(t, srv)
+		b.login()
+
+		rec := b.get("/admin/requests/req_detail")
+		require.Equal(t, http.StatusOK, rec.Code)
+		page := body(rec)
+		for _, want := range []string{"Request req_detail", "answered in full", "One request whole",
+			`href="/admin/bindings?thread=t1"`, `href="/admin/requests?thread=t1"`, `href="/admin/bindings?session=s1"`,
+			`href="/admin/keys/` + key.ID + `"`, ">laptop<", `href="/admin/requests?account=` + f.a.ID + `"`,
+			`href="/admin/diagnostics?request=req_detail"`,
+			"12,800 in all", "input 12,000 (cached 3,000)", "output 800 (reasoning 200)", "$0.0042", "unpriced",
+			"the price table has no price for this model", "Counts toward the key's budgets", "300 ms", "2.0 s in all",
+			"usage_limit_reached", "the account is limited until its reset", "next account", "beta → "} {
+			assert.Contains(t, page, want)
+		}
+		assert.Less(t, strings.Index(page, "usage_limit</span>"), strings.Index(page, ">ok</span>"), "attempts first to last")
+
+		page = body(b.get("/admin/requests/req_failed"))
+		assert.Contains(t, page, "Too Many Requests")
+		assert.Contains(t, page, `class="error-code">usage_limit_reached`)
+		assert.Contains(t, page, "every account is limited", "the cause the client's error came from")
+		assert.Contains(t, page, "keyless")
+		assert.Contains(t, page, "Not charged")
+		assert.NotContains(t, page, ">unpriced<")
+
+		rec = b.get("/admin/requests/req_nope")
+		assert.Equal(t, http.StatusNotFound, rec.Code)
+		assert.Contains(t, rec.Header().Get("Content-Type"), "text/html", "a console page, not JSON")
+		assert.Contains(t, body(rec), "No request req_nope in the request log")
+
+		page = body(b.get("/admin/requests"))
+		assert.Contains(t, page, `href="/admin/requests/req_detail"`, "the log links each request's page")
+		page = body(b.get("/admin/diagnostics"))
+		assert.Contains(t, page, `href="/admin/requests/req_detail"`, "so do the diagnostics")
+	})
+}
+
+// Every page says under its title what it shows, and defines the words it
+// uses where they appear; the Bindings page says what a pin and a reset do
+// to the next turn.
+func TestConsoleExplainsEachPage(t *testing.T) {
+	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	f := seedBindings(t, s)
+	require.NoError(t, s.Place(context.Background(), store.Placement{ThreadKey: "v1:t:t-new", ThreadID: "t-new", AccountID: f.a.ID,
+		Source: "admission:balancer", TTL: time.Hour}))
+	srv, fr := consoleServer(t, s)
+	fr.lanes = []relay.LaneInfo{{Kind: "bridge_fork", AccountID: "acc_x", ThreadID: "t1", OpenedAt: time.Now()}}
+	b := newBrowser(t, srv)
+	b.login()
+	for _, p := range []struct {
+		path string
+		want []string
+	}{
+		{"/admin/", []string{`<p class="lead">The pool at a glance`, "<dfn>Switch</dfn>", "<dfn>Thread</dfn>"}},
+		{"/admin/accounts", []string{`<p class="lead">The upstream credentials`, "<dfn>Organisation</dfn>: the ChatGPT workspace an encrypted reasoning item belongs to"}},
+		{"/admin/bindings", []string{`<p class="lead">Which account each thread is placed on, and why`, "<dfn>binding</dfn>", "<dfn>Thread</dfn>",
+			"<dfn>Session</dfn>", "<strong>raw session</strong>", "<dfn>Hard</dfn>", `id="reset-explained"`, "previous_response_not_found",
+			`id="pin-explained"`, "A thread's pin wins over its session's", "placed by its first request: the account with the most usage headroom"}},
+		{"/admin/lanes", []string{`<p class="lead">The live upstream WebSockets`, "never evidence", "<dfn>direct</dfn>", "<dfn>bridge</dfn>",
+			"<dfn>bridge_fork</dfn>", "one request&#39;s lane while the thread&#39;s bridge lane was busy"}},
+		{"/admin/diagnostics", []string{`<p class="lead">What happened to each request`, "<dfn>Attempt</dfn>"}},
+		{"/admin/requests", []string{`<p class="lead">The request log`, "<dfn>Session</dfn>"}},
+		{"/admin/usage", []string{`<p class="lead">What the request log used`}},
+		{"/admin/keys", []string{`<p class="lead">The client keys Codex sends`}},
+		{"/admin/settings", []string{`<p class="lead">How this relay runs`}},
+		{"/admin/audit", []string{`<p class="lead">Every admin action`}},
+	} {
+		rec := b.get(p.path)
+		require.Equal(t, http.StatusOK, rec.Code, p.path)
+		for _, w := range p.want {
+			assert.Contains(t, body(rec), w, p.path)
+		}
+	}
+}
+
+func TestBindingWhyAndLaneKinds(t *testing.T) {
+	for source, want := range map[string]string{
+		"pin":                          "an operator's pin",
+		"admission:balancer":           "placed by its first request: the account with the most usage headroom",
+		"admission:session":            "placed by its first request: its session's binding named this account",
+		"move:lane":                    "moved by a later request: its live lane was on this account",
+		"move:previous_response":       "moved by a later request: only this account could continue its previous response",
+		"admission:raw_session":        "placed by its first request: a pin of its session",
+		"admission":                    "",
+		"admission:something-new":      "",
+		"imported from an older relay": "",
+	} {
+		assert.Equal(t, want, bindingWhy(source), source)
+	}
+	for kind, want := range map[string]string{"direct": "a client WebSocket's own lane", "bridge": "the thread's lane for its HTTP requests",
+		"bridge_fork": "one request's lane while the thread's bridge lane was busy", "other": ""} {
+		assert.Equal(t, want, laneKindNote(kind), kind)
 	}
 }

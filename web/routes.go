@@ -89,6 +89,8 @@ func (s *Server) routes() {
 	con.GET("/lanes", s.lanesPage)
 	con.GET("/diagnostics", s.diagnosticsPage)
 	con.GET("/requests", s.requestsPage)
+	con.GET("/requests/:id", s.requestPage)
+	con.GET("/search", s.searchPage)
 	con.GET("/usage", s.usagePage)
 	con.GET("/usage.csv", s.usageCSV)
 	con.GET("/keys", s.keysPage)

@@ -279,7 +279,7 @@ func OverviewBody(o Overview) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 24, "<div class=\"scroll\"><table class=\"dense stack\"><thead><tr><th>Thread</th><th>Account</th><th class=\"num\">Req</th><th class=\"num\">Switch</th><th class=\"num\">Err</th><th>Last</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 24, "<div class=\"scroll\"><table class=\"dense stack\"><thead><tr><th title=\"the Codex conversation (thread-id header)\">Thread</th><th>Account</th><th class=\"num\" title=\"requests\">Req</th><th class=\"num\" title=\"switches: attempts moved to another account\">Switch</th><th class=\"num\" title=\"failed attempts\">Err</th><th>Last</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
