@@ -149,11 +149,16 @@ func withQuery(path string, v url.Values) string {
 }
 
 func (s *Server) overviewPage(c echo.Context) error {
-	o, err := s.overview(c.Request().Context())
+	ctx := c.Request().Context()
+	o, err := s.overview(ctx)
 	if err != nil {
 		return err
 	}
-	return s.render(c, http.StatusOK, ui.OverviewPage(s.frame(c, "overview", "Overview"), o))
+	setup, err := s.setupView(ctx, relayBaseURL(c))
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, ui.OverviewPage(s.frame(c, "overview", "Overview"), o, setup))
 }
 
 // accountRows shows accounts with their usage, load and bindings.
@@ -462,11 +467,14 @@ func (s *Server) renderKeys(c echo.Context, status int, created *ui.CreatedKey, 
 		return err
 	}
 	now := s.cfg.Now()
-	p := ui.Keys{Created: created, Form: form, Accounts: n.accountOptions("")}
+	// Keys are never deleted: none listed is none ever created, so the
+	// relay is keyless (store.KeysEverCreated) until this form makes one.
+	p := ui.Keys{Created: created, Form: form, Accounts: n.accountOptions(""), FirstKey: len(n.keys) == 0}
 	for _, k := range n.keys {
 		p.Keys = append(p.Keys, keyRow(k, n, now))
 	}
 	if created != nil {
+		created.Config = CodexConfig(relayBaseURL(c))
 		c.Response().Header().Set("Cache-Control", "no-store")
 	}
 	return s.render(c, status, ui.KeysPage(s.frame(c, "keys", "Client keys"), p))

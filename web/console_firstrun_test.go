@@ -1,9 +1,12 @@
 package web
 
 import (
+	"bufio"
 	"context"
+	"html"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/internal/store/storetest"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/web/ui"
 )
 
 // The bare address sends a browser to the console; only GET and HEAD of
@@ -167,4 +171,160 @@ func TestBindingWhyAndLaneKinds(t *testing.T) {
 		"bridge_fork": "one request's lane while the thread's bridge lane was busy", "other": ""} {
 		assert.Equal(t, want, laneKindNote(kind), kind)
 	}
+}
+
+// The checklist's steps follow the store: each done when its state says
+// so, and no checklist once all three are.
+func TestSetupChecklistStates(t *testing.T) {
+	done := func(s *ui.Setup) []bool {
+		var out []bool
+		for _, st := range s.Steps {
+			out = append(out, st.Done)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name  string
+		state setupState
+		want  []bool // nil: no checklist
+		count int
+	}{
+		{"a fresh install", setupState{}, []bool{false, false, false}, 0},
+		{"an account", setupState{Accounts: 2}, []bool{true, false, false}, 1},
+		{"an account and a key", setupState{Accounts: 1, Keys: 1}, []bool{true, true, false}, 2},
+		{"a keyless loopback request, no key", setupState{Accounts: 1, Served: true}, []bool{true, false, true}, 2},
+		{"a request but no account left", setupState{Keys: 1, Served: true}, []bool{false, true, true}, 2},
+		{"all three", setupState{Accounts: 1, Keys: 3, Served: true}, nil, 0},
+	} {
+		s := setupChecklist(c.state, "the block")
+		if c.want == nil {
+			assert.Nil(t, s, c.name)
+			continue
+		}
+		require.NotNil(t, s, c.name)
+		assert.Equal(t, c.want, done(s), c.name)
+		assert.Equal(t, c.count, s.Done, c.name)
+		assert.Equal(t, "the block", s.Config, c.name)
+		assert.Equal(t, []string{"/admin/accounts", "/admin/keys", "#codex-config"},
+			[]string{s.Steps[0].Link, s.Steps[1].Link, s.Steps[2].Link}, c.name)
+	}
+}
+
+// The overview's checklist as the store moves through the steps: a fresh
+// store shows all three to do (and no dead-end "no accounts"), an account
+// and a usable key tick theirs (a revoked key does not), a request log row
+// the last, and then the checklist is gone; its live region follows.
+func TestOverviewChecklist(t *testing.T) {
+	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	ctx := context.Background()
+	srv, _ := consoleServer(t, s)
+	b := newBrowser(t, srv)
+	b.login()
+	steps := func() map[string]string {
+		page := body(b.get("/admin/"))
+		out := map[string]string{}
+		for _, id := range []string{"account", "key", "config"} {
+			out[id] = regexpFind(`id="setup-`+id+`" class="[^"]*" data-done="([a-z]+)"`, page)
+		}
+		return out
+	}
+	page := body(b.get("/admin/"))
+	assert.Contains(t, page, `data-live="/admin/live/setup"`)
+	assert.Contains(t, page, "0 of 3 done")
+	assert.Contains(t, page, html.EscapeString(CodexConfig("http://example.com")), "the config block for the address the browser reached")
+	assert.Contains(t, page, `Add one on the Accounts page`)
+	assert.NotContains(t, page, "No accounts yet.", "no dead end on a fresh install")
+	assert.Equal(t, map[string]string{"account": "false", "key": "false", "config": "false"}, steps())
+
+	_, err := s.CreateAccount(ctx, store.Account{Kind: store.KindOpenAI, Label: "a", BaseURL: "http://127.0.0.1:9/v1"}, store.Credentials{APIKey: "k"})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"account": "true", "key": "false", "config": "false"}, steps())
+
+	old, _, err := s.CreateClientKey(ctx, store.ClientKey{Name: "old"})
+	require.NoError(t, err)
+	_, err = s.RevokeClientKey(ctx, old.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "false", steps()["key"], "a revoked key serves no client")
+	_, _, err = s.CreateClientKey(ctx, store.ClientKey{Name: "laptop"})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"account": "true", "key": "true", "config": "false"}, steps())
+
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	live, stop := openLive(t, ts, b, "/admin/live/setup")
+	defer stop()
+	assert.Contains(t, nextEvent(t, live), "2 of 3 done")
+
+	require.NoError(t, s.LogRequest(ctx, store.RequestRecord{Transport: "http", Path: "/backend-api/codex/responses", Status: 200, StartedAt: time.Now()}))
+	assert.NotContains(t, nextEvent(t, live), "setup-step", "the live checklist empties once Codex was served")
+	page = body(b.get("/admin/"))
+	assert.NotContains(t, page, "live-setup", "all done: no checklist")
+	assert.NotContains(t, page, "Set up the relay")
+}
+
+// openLive opens a live region's event stream with b's session.
+func openLive(t *testing.T, ts *httptest.Server, b *browser, path string) (*bufio.Reader, func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+path, nil)
+	require.NoError(t, err)
+	req.AddCookie(b.cookies[sessionCookie])
+	resp, err := ts.Client().Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return bufio.NewReader(resp.Body), func() { cancel(); resp.Body.Close() }
+}
+
+// nextEvent reads the data of the stream's next event.
+func nextEvent(t *testing.T, r *bufio.Reader) string {
+	t.Helper()
+	var data []string
+	for {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		line = strings.TrimRight(line, "\n")
+		if d, ok := strings.CutPrefix(line, "data: "); ok {
+			data = append(data, d)
+		}
+		if line == "" && len(data) > 0 {
+			return strings.Join(data, "\n")
+		}
+	}
+}
+
+// Creating a key in the console shows its secret once with a copy button,
+// and the Codex config block for the relay's address as the browser reached
+// it, as `keys create` prints it; before the first key, the form warns that
+// it ends keyless mode.
+func TestConsoleCreatedKeyBox(t *testing.T) {
+	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	ctx := context.Background()
+	srv, _ := consoleServer(t, s)
+	b := newBrowser(t, srv)
+	b.login()
+
+	page := body(b.get("/admin/keys"))
+	assert.Contains(t, page, `id="first-key-warning"`)
+	assert.Contains(t, page, "creating it ends keyless mode for good")
+
+	form := url.Values{"name": {"laptop"}, "_csrf": {b.csrf}}
+	req := httptest.NewRequest(http.MethodPost, "/admin/keys", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Host = "relay.internal:2455"
+	rec := b.do(req)
+	require.Equal(t, http.StatusOK, rec.Code, body(rec))
+	page = body(rec)
+	secret := regexpFind(`id="new-key" readonly value="(crk_[^"]+)"`, page)
+	require.NotEmpty(t, secret, page)
+	_, err := s.AuthenticateClientKey(ctx, secret)
+	require.NoError(t, err, "the key shown is the key made")
+	assert.Contains(t, page, `data-copy="new-key"`, "the secret has its copy button")
+	assert.Contains(t, page, `<pre id="new-key-config" class="codex-config">`+html.EscapeString(CodexConfig("http://relay.internal:2455"))+`</pre>`,
+		"the config block for the address the browser reached")
+	assert.Contains(t, page, `data-copy="new-key-config"`, "the config block has its copy button")
+	assert.NotContains(t, page, `id="first-key-warning"`, "the answer to the first key's creation no longer warns")
+
+	page = body(b.get("/admin/keys"))
+	assert.NotContains(t, page, secret, "shown once")
+	assert.NotContains(t, page, `id="first-key-warning"`, "keyless mode is over: no warning")
 }
