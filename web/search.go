@@ -64,11 +64,26 @@ func (ix searchIndex) match(ctx context.Context, q string, prefix bool) ([]ui.Se
 	for _, id := range found.Requests {
 		hits = append(hits, ui.SearchHit{Kind: "request", Name: id, ID: id, URL: requestURL(id)})
 	}
+	// Codex gives a root thread its session's id: the two are one find,
+	// shown as the session's bindings, the thread's among them.
+	sessions := map[string]store.FoundID{}
+	for _, f := range found.Sessions {
+		sessions[f.ID] = f
+	}
 	for _, t := range found.Threads {
+		if sf, ok := sessions[t.ID]; ok {
+			delete(sessions, t.ID)
+			h := idHit("session", store.FoundID{ID: t.ID, Bound: t.Bound || sf.Bound})
+			h.Kind, h.Note = "thread", "a root thread, with its session of the same id: "+h.Note
+			hits = append(hits, h)
+			continue
+		}
 		hits = append(hits, idHit("thread", t))
 	}
-	for _, t := range found.Sessions {
-		hits = append(hits, idHit("session", t))
+	for _, f := range found.Sessions {
+		if _, ok := sessions[f.ID]; ok {
+			hits = append(hits, idHit("session", f))
+		}
 	}
 	keys := slices.Clone(ix.keys)
 	slices.SortFunc(keys, func(a, b store.ClientKey) int {

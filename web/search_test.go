@@ -41,6 +41,7 @@ func seedSearch(t *testing.T, s *store.Store) searchFixture {
 	for _, r := range []store.RequestRecord{
 		{ID: "req_01search0000000000000001", ThreadKey: "v1:st:s1:t1", ThreadID: "t1", SessionID: "s1", AccountID: f.alpha.ID, ClientKeyID: f.laptop.ID},
 		{ID: "req_01search0000000000000002", ThreadKey: "v1:st:s9:thread-gone", ThreadID: "thread-gone-01", SessionID: "session-gone-01", AccountID: f.beta.ID},
+		{ID: "req_01search0000000000000003", ThreadKey: "v1:st:root-01:root-01", ThreadID: "root-01", SessionID: "root-01", AccountID: f.beta.ID},
 	} {
 		r.Transport, r.Path, r.Status, r.StartedAt = "http", "/backend-api/codex/responses", 200, at
 		require.NoError(t, s.LogRequest(ctx, r))
@@ -72,6 +73,8 @@ func TestSearchResolver(t *testing.T) {
 			{name: "a thread key is its thread", q: "v1:st:s2:t3", want: []hit{{"thread", "t3", "/admin/bindings?thread=t3"}}},
 			{name: "a thread only the request log knows", q: "thread-gone-01",
 				want: []hit{{"thread", "thread-gone-01", "/admin/requests?thread=thread-gone-01"}}},
+			{name: "a root thread and its session of the same id are one", q: "root-01",
+				want: []hit{{"thread", "root-01", "/admin/requests?session=root-01"}}},
 			{name: "a session id", q: "s2", want: []hit{{"session", "s2", "/admin/bindings?session=s2"}}},
 			{name: "a session key is its session", q: "v1:s:s1", want: []hit{{"session", "s1", "/admin/bindings?session=s1"}}},
 			{name: "a key by id", q: f.ci.ID, want: []hit{{"client key", f.ci.ID, "/admin/keys/" + f.ci.ID}}},
@@ -83,7 +86,8 @@ func TestSearchResolver(t *testing.T) {
 				want: []hit{{"thread", "thread-gone-01", "/admin/requests?thread=thread-gone-01"}}},
 			{name: "a prefix matching several", q: "req_01search", prefix: true, want: []hit{
 				{"request", "req_01search0000000000000001", "/admin/requests/req_01search0000000000000001"},
-				{"request", "req_01search0000000000000002", "/admin/requests/req_01search0000000000000002"}}},
+				{"request", "req_01search0000000000000002", "/admin/requests/req_01search0000000000000002"},
+				{"request", "req_01search0000000000000003", "/admin/requests/req_01search0000000000000003"}}},
 			{name: "a name prefix matches both keys, any case", q: "LAPTOP", prefix: true, want: []hit{
 				{"client key", f.laptop.ID, "/admin/keys/" + f.laptop.ID}, {"client key", f.ci.ID, "/admin/keys/" + f.ci.ID}}},
 			{name: "an exact match wins over prefixes", q: "laptop-ci", want: []hit{{"client key", f.ci.ID, "/admin/keys/" + f.ci.ID}}},
@@ -119,7 +123,7 @@ func TestConsoleSearch(t *testing.T) {
 	rec = b.get("/admin/search?q=req_01search")
 	require.Equal(t, http.StatusOK, rec.Code)
 	page := body(rec)
-	assert.Contains(t, page, "2 matches for “req_01search”")
+	assert.Contains(t, page, "3 matches for “req_01search”")
 	assert.Contains(t, page, "nothing matched exactly")
 	assert.Contains(t, page, `href="/admin/requests/req_01search0000000000000001"`)
 	assert.Contains(t, page, `href="/admin/requests/req_01search0000000000000002"`)

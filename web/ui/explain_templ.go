@@ -31,7 +31,7 @@ func intro(page string) templ.Component {
 		ctx = templ.ClearChildren(ctx)
 		switch page {
 		case "overview":
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<p class=\"lead\">The pool at a glance: the last 60 minutes of the request log and the attempt records, updated live, and each account's state and usage.</p><p class=\"terms\"><dfn>Switch</dfn>: an attempt on another account than the one before it, in the same request. <dfn>Failed attempt</dfn>: one try of a request on one account that ended in a class other than ok (see Diagnostics).")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<p class=\"lead\">The pool at a glance: the last 60 minutes of the request log and the attempt records, updated live, and each account's state and usage.</p><p class=\"terms\"><span class=\"term\"><dfn>Switch</dfn>: an attempt on another account than the one before it, in the same request.</span> <span class=\"term\"><dfn>Failed attempt</dfn>: one try of a request on one account that ended in a class other than ok (see Diagnostics).</span>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -52,7 +52,7 @@ func intro(page string) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "<dfn>Lanes</dfn>: upstream WebSockets open on the account (see Lanes). <dfn>Bindings</dfn>: the threads and sessions placed on it (see Bindings).</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "<span class=\"term\"><dfn>Lanes</dfn>: upstream WebSockets open on the account (see Lanes).</span> <span class=\"term\"><dfn>Bindings</dfn>: the threads and sessions placed on it (see Bindings).</span></p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -69,7 +69,7 @@ func intro(page string) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, " Kinds: <strong>thread</strong> (the thread's own account: soft, it expires when the thread is idle), <strong>session</strong> (where the session's new threads start, so its sub-agents share a prompt cache: soft), <strong>raw thread</strong> and <strong>raw session</strong> (an operator's pin, or a row imported from an older deployment: hard). <dfn>Soft</dfn>: a preference, left when the account cannot serve. <dfn>Hard</dfn>: evidence; the request fails rather than move.</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "<span class=\"term\">Kinds: <strong>thread</strong> (the thread's own account: soft, it expires when the thread is idle), <strong>session</strong> (where the session's new threads start, so its sub-agents share a prompt cache: soft), <strong>raw thread</strong> and <strong>raw session</strong> (an operator's pin, or a row imported from an older deployment: hard).</span> <span class=\"term\"><dfn>Soft</dfn>: a preference, left when the account cannot serve. <dfn>Hard</dfn>: evidence; the request fails rather than move.</span></p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -95,7 +95,7 @@ func intro(page string) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		case "diagnostics":
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "<p class=\"lead\">What happened to each request, attempt by attempt, newest first.</p><p class=\"terms\"><dfn>Attempt</dfn>: one try of a request on one account, classified once when it ends. Its class says how it ended, its action what the relay did next (done, next account, same account, terminal), its recovery which rule fired (failover, reasoning recovery, account mismatch, …).</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "<p class=\"lead\">What happened to each request, attempt by attempt, newest first.</p><p class=\"terms\"><span class=\"term\"><dfn>Attempt</dfn>: one try of a request on one account, classified once when it ends. Its class says how it ended, its action what the relay did next (done, next account, same account, terminal), its recovery which rule fired (failover, reasoning recovery, account mismatch, …).</span></p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -168,7 +168,7 @@ func threadWord() templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 18, "<dfn>Thread</dfn>: one Codex conversation (its <code>thread-id</code> header).")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 18, "<span class=\"term\"><dfn>Thread</dfn>: one Codex conversation (its <code>thread-id</code> header).</span>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -193,7 +193,7 @@ func sessionWord() templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 19, "<dfn>Session</dfn>: one Codex process (its <code>session-id</code> header); its sub-agents are threads of the same session.")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 19, "<span class=\"term\"><dfn>Session</dfn>: one Codex process (its <code>session-id</code> header); its sub-agents are threads of the same session.</span>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -218,7 +218,7 @@ func organisationWord() templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 20, "<dfn>Organisation</dfn>: the ChatGPT workspace an encrypted reasoning item belongs to. Only accounts of the same organisation can read it, so a thread whose history holds such items is placed on its organisation's accounts first.")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 20, "<span class=\"term\"><dfn>Organisation</dfn>: the ChatGPT workspace an encrypted reasoning item belongs to. Only accounts of the same organisation can read it, so a thread whose history holds such items is placed on its organisation's accounts first.</span>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -243,7 +243,7 @@ func laneKindWords() templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "Kinds: <dfn>direct</dfn>, a client WebSocket's own lane, serving that connection alone; <dfn>bridge</dfn>, the thread's lane for its HTTP requests, which sends only the new items when the lane already holds the history; <dfn>bridge_fork</dfn>, a lane of its own for a request that came while the thread's bridge lane was busy, closed when that request ends.")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "<span class=\"term\">Kinds: <dfn>direct</dfn>, a client WebSocket's own lane, serving that connection alone; <dfn>bridge</dfn>, the thread's lane for its HTTP requests, which sends only the new items when the lane already holds the history; <dfn>bridge_fork</dfn>, a lane of its own for a request that came while the thread's bridge lane was busy, closed when that request ends.</span>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

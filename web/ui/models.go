@@ -55,39 +55,16 @@ type Overview struct {
 	Window    string // e.g. "last 60 min"
 	UpdatedAt string
 	Cards     []Card
-	Traffic   Chart // requests per minute, switches overlaid
-	Errors    Chart // errors per minute
-	Classes   []ClassCount
-	Threads   []ThreadRow
-	Accounts  []AccountRow
+	// Charts are requests, and failed attempts and switches, per minute.
+	Charts   []UsageChart
+	Classes  []ClassCount
+	Threads  []ThreadRow
+	Accounts []AccountRow
 }
 
 // Card is one headline number. Tone is "", "ok", "warn" or "bad".
 type Card struct {
 	Label, Value, Note, Tone string
-}
-
-// Chart is a small bar chart drawn as inline SVG; the geometry is computed
-// by the handler, in SVG user units.
-type Chart struct {
-	Title, Tone   string
-	Width, Height int
-	Bars          []Bar
-	Max           string // the value of the tallest bar, for the axis label
-	From, To      string // labels of the first and last bar
-	Legend        []Legend
-}
-
-// Bar is one column of a chart, with an optional overlay (H2 > 0) drawn
-// over its base.
-type Bar struct {
-	X, W, Y, H, Y2, H2 int
-	Title              string
-}
-
-// Legend names a series of a chart and its tone.
-type Legend struct {
-	Label, Tone string
 }
 
 // ClassCount is how many attempts ended in one class; Width is its bar in

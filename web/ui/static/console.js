@@ -37,9 +37,9 @@
     btn.setAttribute("data-copied", how);
     btn.textContent = how === "copied" ? "Copied" : "Selected: press Ctrl+C (⌘C)";
   }
-  document.querySelectorAll("[data-copy]").forEach(function (btn) {
-    btn.hidden = false;
-  });
+  // Copy buttons show only with this script (.js, console.css), live
+  // regions' new ones too.
+  document.documentElement.classList.add("js");
   document.addEventListener("click", function (ev) {
     var btn = ev.target.closest && ev.target.closest("[data-copy]");
     if (!btn) return;
