@@ -147,7 +147,7 @@ func TestConsoleFirstRunInABrowser(t *testing.T) {
 		}
 	}
 
-	for _, name := range []string{"firstrun-overview", "firstrun-keys", "firstrun-key-created", "firstrun-overview-done", "firstrun-request",
+	for _, name := range []string{"firstrun-overview", "firstrun-overview-explained", "firstrun-keys", "firstrun-key-created", "firstrun-overview-done", "firstrun-request",
 		"firstrun-request-404", "firstrun-search-none", "firstrun-accounts", "firstrun-bindings", "firstrun-lanes", "firstrun-diagnostics",
 		"firstrun-requests", "firstrun-usage", "firstrun-settings", "firstrun-audit"} {
 		for _, w := range []string{"1280", "390"} {
