@@ -24,7 +24,7 @@ import (
 // message the previous action left.
 func (s *Server) frame(c echo.Context, nav, title string) ui.Frame {
 	sess, _ := c.Get(sessionKey).(session)
-	f := ui.Frame{Title: title, Nav: nav, CSRF: s.sessions.csrf(purposeSession, sess)}
+	f := ui.Frame{Title: title, Nav: nav, Intro: nav, CSRF: s.sessions.csrf(purposeSession, sess)}
 	if now, ok := c.Get(flashNowKey).(*ui.Flash); ok {
 		f.Flash = now
 	}
@@ -150,11 +150,16 @@ func withQuery(path string, v url.Values) string {
 }
 
 func (s *Server) overviewPage(c echo.Context) error {
-	o, err := s.overview(c.Request().Context())
+	ctx := c.Request().Context()
+	o, err := s.overview(ctx)
 	if err != nil {
 		return err
 	}
-	return s.render(c, http.StatusOK, ui.OverviewPage(s.frame(c, "overview", "Overview"), o))
+	setup, err := s.setupView(ctx, relayBaseURL(c))
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, ui.OverviewPage(s.frame(c, "overview", "Overview"), o, setup))
 }
 
 // accountRows shows accounts with their usage, load and bindings.
@@ -250,7 +255,7 @@ func (s *Server) bindingsPage(c echo.Context) error {
 	}
 	for _, b := range rows {
 		r := ui.BindingRow{ID: b.ID, Kind: strings.ReplaceAll(string(b.Kind), "_", " "), Strength: string(b.Strength),
-			Source: b.Source, Pin: isPin(b.Kind), AccountID: b.AccountID, Account: n.accountName(b.AccountID),
+			Source: b.Source, Why: bindingWhy(b.Source), Pin: isPin(b.Kind), AccountID: b.AccountID, Account: n.accountName(b.AccountID),
 			Session: b.SessionID, Thread: b.ThreadID, ClientKey: n.keyName(b.ClientScope),
 			Age: span(now.Sub(b.CreatedAt)), Created: "set " + stamp(b.CreatedAt), LastSeen: ago(now, b.LastSeenAt),
 			Expires: "never", Abandoned: b.AbandonedScope,
@@ -302,7 +307,7 @@ func (s *Server) lanesView(ctx context.Context) (ui.Lanes, error) {
 	now := s.cfg.Now()
 	var p ui.Lanes
 	for _, l := range s.cfg.Relay.Lanes() {
-		p.Lanes = append(p.Lanes, ui.LaneRow{Kind: l.Kind, Account: n.accountName(l.AccountID), AccountID: l.AccountID,
+		p.Lanes = append(p.Lanes, ui.LaneRow{Kind: l.Kind, KindNote: laneKindNote(l.Kind), Account: n.accountName(l.AccountID), AccountID: l.AccountID,
 			Session: l.SessionID, Thread: l.ThreadID, Age: span(now.Sub(l.OpenedAt)), Opened: "opened " + stamp(l.OpenedAt),
 			Requests: l.Requests, Replica: l.Replica, Retiring: l.Retiring, URL: "/admin/bindings?" + url.Values{"thread": {l.ThreadID}}.Encode()})
 	}
@@ -377,7 +382,7 @@ func (s *Server) diagnosticsView(ctx context.Context, q attemptQuery) (ui.Diagno
 		t := ui.Timeline{RequestID: id, Thread: last.ThreadID, Session: last.SessionID,
 			Started: clock(now, start), Total: span(end.Sub(start)) + ", " + strconv.Itoa(len(as)) + " " + plural(len(as), "attempt", "attempts"),
 			Outcome: strings.ReplaceAll(last.Class, "_", " "), Tone: classTone(last.Class),
-			URL: "/admin/diagnostics?" + url.Values{"request": {id}}.Encode()}
+			URL: "/admin/diagnostics?" + url.Values{"request": {id}}.Encode(), RequestURL: requestURL(id)}
 		for _, a := range as {
 			r := ui.AttemptRow{Seq: a.Seq, Account: n.accountName(a.AccountID), Class: a.Class, Tone: classTone(a.Class),
 				Recovery: a.Recovery, Action: strings.ReplaceAll(a.Action, "_", " "), ErrorCode: a.ErrorCode, Detail: a.Detail,
@@ -441,7 +446,7 @@ func (s *Server) requestsPage(c echo.Context) error {
 		}
 	}
 	for _, r := range rows {
-		row := ui.RequestRow{ID: r.ID, Started: clock(now, r.StartedAt), StartedFull: stamp(r.StartedAt) + " · " + r.ID,
+		row := ui.RequestRow{ID: r.ID, URL: requestURL(r.ID), Started: clock(now, r.StartedAt), StartedFull: stamp(r.StartedAt) + " · " + r.ID,
 			Transport: r.Transport, Path: r.Path, Model: r.Model, Account: n.accountName(r.AccountID), AccountID: r.AccountID,
 			Thread: r.ThreadID, Session: r.SessionID, ClientKey: n.keyName(r.ClientKeyID), Status: strconv.Itoa(r.Status),
 			Tone: httpTone(r.Status), ErrorCode: r.ErrorCode, Recovery: r.Recovery, Duration: span(r.Duration),
@@ -469,11 +474,14 @@ func (s *Server) renderKeys(c echo.Context, status int, created *ui.CreatedKey, 
 		return err
 	}
 	now := s.cfg.Now()
-	p := ui.Keys{Created: created, Form: form, Accounts: n.accountOptions("")}
+	// Keys are never deleted: none listed is none ever created, so the
+	// relay is keyless (store.KeysEverCreated) until this form makes one.
+	p := ui.Keys{Created: created, Form: form, Accounts: n.accountOptions(""), FirstKey: len(n.keys) == 0}
 	for _, k := range n.keys {
 		p.Keys = append(p.Keys, keyRow(k, n, now))
 	}
 	if created != nil {
+		created.Config = CodexConfig(relayBaseURL(c))
 		c.Response().Header().Set("Cache-Control", "no-store")
 	}
 	return s.render(c, status, ui.KeysPage(s.frame(c, "keys", "Client keys"), p))

@@ -664,36 +664,70 @@ func stackedBars(format charts.ValueFormatter) func([]string, []chartSeries, int
 // lineChart draws series as lines with gaps where a value is NaN, the
 // value axis from lo to hi (hi < 0: as the data needs) labelled by format.
 func lineChart(format charts.ValueFormatter, lo, hi float64) func([]string, []chartSeries, int, int) ([]byte, error) {
-	return func(labels []string, ss []chartSeries, width, height int) ([]byte, error) {
-		data := make([][]float64, len(ss))
-		for i, s := range ss {
-			data[i] = make([]float64, len(s.Values))
-			for j, v := range s.Values {
-				data[i][j] = v
-				if math.IsNaN(v) {
-					data[i][j] = charts.GetNullValue()
-				}
+	return lineStyle{format: format, lo: lo, hi: hi}.draw
+}
+
+// lineStyle is how a line chart is drawn: the value axis from lo to hi
+// (hi < 0: as the data needs; with whole, from 0 to a multiple of 4 at
+// least the highest value, in whole steps, the lines without dots)
+// labelled by format, and titled unit when set; xLabels, when set, is how
+// many bucket labels the category axis shows (the library's choice when
+// 0).
+type lineStyle struct {
+	format  charts.ValueFormatter
+	lo, hi  float64
+	whole   bool
+	unit    string
+	xLabels int
+}
+
+func (st lineStyle) draw(labels []string, ss []chartSeries, width, height int) ([]byte, error) {
+	data := make([][]float64, len(ss))
+	peak := 0.0
+	for i, s := range ss {
+		data[i] = make([]float64, len(s.Values))
+		for j, v := range s.Values {
+			data[i][j] = v
+			if math.IsNaN(v) {
+				data[i][j] = charts.GetNullValue()
+			} else {
+				peak = max(peak, v)
 			}
 		}
-		opt := charts.NewLineChartOptionWithData(data)
-		opt.Theme = chartTheme(ss)
-		opt.Padding = chartPadding
-		opt.Legend.Show = charts.Ptr(false)
-		opt.XAxis.Labels = labels
-		opt.XAxis.LabelFontStyle.FontSize = chartFontSize
-		opt.YAxis[0].LabelFontStyle.FontSize = chartFontSize
-		opt.YAxis[0].Min = charts.Ptr(lo)
-		if hi >= 0 {
-			opt.YAxis[0].Max = charts.Ptr(hi)
-		}
-		opt.LineStrokeWidth = 2
-		opt.ValueFormatter = format
-		p := chartPainter(width, height)
-		if err := p.LineChart(opt); err != nil {
-			return nil, err
-		}
-		return p.Bytes()
 	}
+	opt := charts.NewLineChartOptionWithData(data)
+	opt.Theme = chartTheme(ss)
+	opt.Padding = chartPadding
+	opt.Legend.Show = charts.Ptr(false)
+	opt.XAxis.Labels = labels
+	opt.XAxis.LabelFontStyle.FontSize = chartFontSize
+	if st.xLabels > 0 {
+		opt.XAxis.LabelCount = st.xLabels
+	}
+	opt.YAxis[0].LabelFontStyle.FontSize = chartFontSize
+	opt.YAxis[0].Min = charts.Ptr(st.lo)
+	switch {
+	case st.whole:
+		opt.YAxis[0].Max = charts.Ptr(math.Max(4, 4*math.Ceil(peak/4)))
+		opt.YAxis[0].LabelCount = 5
+		opt.YAxis[0].PreferNiceIntervals = charts.Ptr(false)
+	case st.hi >= 0:
+		opt.YAxis[0].Max = charts.Ptr(st.hi)
+	}
+	if st.unit != "" {
+		opt.YAxis[0].Title = st.unit
+		opt.YAxis[0].TitleFontStyle.FontSize = chartFontSize
+	}
+	if st.whole {
+		opt.Symbol = charts.Symbol{Shape: charts.SymbolNone}
+	}
+	opt.LineStrokeWidth = 2
+	opt.ValueFormatter = st.format
+	p := chartPainter(width, height)
+	if err := p.LineChart(opt); err != nil {
+		return nil, err
+	}
+	return p.Bytes()
 }
 
 // Axis label formats.

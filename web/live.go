@@ -32,6 +32,12 @@ func (s *Server) live(c echo.Context) error {
 			o, err := s.overview(ctx)
 			return ui.OverviewBody(o), err
 		}
+	case "setup":
+		base := relayBaseURL(c)
+		fragment = func(ctx context.Context) (templ.Component, error) {
+			setup, err := s.setupView(ctx, base)
+			return ui.SetupBody(setup), err
+		}
 	case "lanes":
 		fragment = func(ctx context.Context) (templ.Component, error) {
 			p, err := s.lanesView(ctx)

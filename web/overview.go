@@ -49,12 +49,12 @@ func (s *Server) overview(ctx context.Context) (ui.Overview, error) {
 	if err != nil {
 		return ui.Overview{}, err
 	}
-	return buildOverview(now, accounts, rows, s.cfg.Relay.Lanes(), t, bindings, pins), nil
+	return buildOverview(now, accounts, rows, s.cfg.Relay.Lanes(), t, bindings, pins)
 }
 
 // buildOverview lays out the window before now. It is a pure function of
-// its inputs.
-func buildOverview(now time.Time, accounts []store.Account, rows []ui.AccountRow, lanes []relay.LaneInfo, t store.Traffic, bindings, pins int) ui.Overview {
+// its inputs; it fails only if a chart cannot be drawn.
+func buildOverview(now time.Time, accounts []store.Account, rows []ui.AccountRow, lanes []relay.LaneInfo, t store.Traffic, bindings, pins int) (ui.Overview, error) {
 	const minutes = int(overviewWindow / time.Minute)
 	label := map[string]string{}
 	for _, a := range accounts {
@@ -110,9 +110,11 @@ func buildOverview(now time.Time, accounts []store.Account, rows []ui.AccountRow
 		{Label: "Bindings", Value: strconv.Itoa(bindings), Note: fmt.Sprintf("%d %s", pins, plural(pins, "pin", "pins"))},
 	}
 
-	o.Traffic = barChart("Requests per minute", "", t.Requests, t.Switches)
-	o.Traffic.Legend = []ui.Legend{{Label: "requests"}, {Label: "switches", Tone: "warn"}}
-	o.Errors = barChart("Failed attempts per minute", "bad", t.FailedAttempts, nil)
+	charts, err := minuteCharts(now, t)
+	if err != nil {
+		return ui.Overview{}, err
+	}
+	o.Charts = charts
 
 	for class, n := range classes {
 		o.Classes = append(o.Classes, ui.ClassCount{Class: class, Count: n, Tone: classTone(class),
@@ -135,36 +137,76 @@ func buildOverview(now time.Time, accounts []store.Account, rows []ui.AccountRow
 			URL: "/admin/bindings?" + url.Values{"thread": {ts.ThreadID}}.Encode()})
 	}
 	o.Accounts = rows
-	return o
+	return o, nil
 }
 
-// barChart lays out one bar per value (oldest first) in a 600x70 box, with
-// an optional overlay series drawn over the base of each bar.
-func barChart(title, tone string, values, overlay []int) ui.Chart {
-	const width, height = 600, 70
-	c := ui.Chart{Title: title, Tone: tone, Width: width, Height: height,
-		From: fmt.Sprintf("-%d min", len(values)), To: "now"}
-	peak := 1
-	for _, v := range values {
-		peak = max(peak, v)
+// The overview's charts: drawn as the Usage page's are (go-analyze/charts,
+// sanitised), a line per series over the window's minutes.
+const (
+	minuteChartWidth        = 600
+	minuteChartHeight       = 200
+	narrowMinuteChartWidth  = 400
+	narrowMinuteChartHeight = 220
+	minuteChartTimes        = 5 // times labelled on the time axis
+)
+
+// minuteCharts draws the window ending at now, oldest minute first:
+// requests per minute, and failed attempts and switches per minute (both
+// counted on attempts). The value axes count whole requests or attempts
+// per minute; the time axis is each minute's UTC time, as the console's
+// times are. The same numbers are the charts' tables.
+func minuteCharts(now time.Time, t store.Traffic) ([]ui.UsageChart, error) {
+	n := len(t.Requests)
+	labels := make([]string, n)
+	for i := range labels {
+		labels[i] = now.UTC().Add(-time.Duration(n-1-i) * time.Minute).Format("15:04")
 	}
-	c.Max = strconv.Itoa(peak)
-	step := width / max(len(values), 1)
-	for i, v := range values {
-		b := ui.Bar{X: i*step + 1, W: step - 2, H: v * height / peak}
-		if v > 0 {
-			b.H = max(b.H, 2)
+	series := func(name string, color int, v []int) chartSeries {
+		s := chartSeries{Name: name, Color: color, Values: make([]float64, n)}
+		for i := range min(n, len(v)) {
+			s.Values[i] = float64(v[i])
 		}
-		b.Y = height - b.H
-		b.Title = fmt.Sprintf("%d min ago: %d", len(values)-1-i, v)
-		if overlay != nil && overlay[i] > 0 {
-			b.H2 = max(overlay[i]*height/peak, 2)
-			b.Y2 = height - b.H2
-			b.Title += fmt.Sprintf(" (%d switched)", overlay[i])
-		}
-		c.Bars = append(c.Bars, b)
+		return s
 	}
-	return c
+	specs := []struct {
+		id, title, unit string
+		series          []chartSeries
+	}{
+		{"requests", "Requests per minute", "requests / min", []chartSeries{series("requests", 0, t.Requests)}},
+		{"failed", "Failed attempts and switches per minute", "attempts / min",
+			[]chartSeries{series("failed attempts", 2, t.FailedAttempts), series("switches", 6, t.Switches)}},
+	}
+	var out []ui.UsageChart
+	for _, sp := range specs {
+		ch := ui.UsageChart{ID: sp.id, Title: sp.title, Note: "the last 60 minutes, times in UTC",
+			Table: ui.ChartTable{Caption: sp.title, Corner: "Minute (UTC)"}}
+		draw := lineStyle{format: axisCompact, whole: true, unit: sp.unit, xLabels: minuteChartTimes}.draw
+		for _, size := range []struct {
+			w, h int
+			svg  *string
+		}{{minuteChartWidth, minuteChartHeight, &ch.SVG}, {narrowMinuteChartWidth, narrowMinuteChartHeight, &ch.NarrowSVG}} {
+			raw, err := draw(labels, sp.series, size.w, size.h)
+			if err != nil {
+				return nil, fmt.Errorf("draw %s chart: %w", sp.id, err)
+			}
+			if *size.svg, err = sanitizeSVG(raw, sp.title); err != nil {
+				return nil, fmt.Errorf("draw %s chart: %w", sp.id, err)
+			}
+		}
+		for _, sr := range sp.series {
+			ch.Legend = append(ch.Legend, ui.LegendKey{Label: sr.Name, Series: sr.Color})
+			ch.Table.Head = append(ch.Table.Head, sr.Name)
+		}
+		for i, l := range labels {
+			row := ui.ChartRow{Label: l}
+			for _, sr := range sp.series {
+				row.Cells = append(row.Cells, strconv.Itoa(int(sr.Values[i])))
+			}
+			ch.Table.Rows = append(ch.Table.Rows, row)
+		}
+		out = append(out, ch)
+	}
+	return out, nil
 }
 
 func toneIf(cond bool, tone string) string {

@@ -42,7 +42,8 @@ func TestBuildOverview(t *testing.T) {
 		},
 	}
 	lanes := []relay.LaneInfo{{AccountID: "acc_a"}}
-	o := buildOverview(now, accounts, rows, lanes, tr, 12, 2)
+	o, err := buildOverview(now, accounts, rows, lanes, tr, 12, 2)
+	require.NoError(t, err)
 
 	cards := map[string]ui.Card{}
 	for _, c := range o.Cards {
@@ -61,15 +62,29 @@ func TestBuildOverview(t *testing.T) {
 	assert.Equal(t, "12", cards["Bindings"].Value)
 	assert.Equal(t, "2 pins", cards["Bindings"].Note)
 
-	require.Len(t, o.Traffic.Bars, 60)
-	last := o.Traffic.Bars[59]
-	assert.Equal(t, "0 min ago: 2 (1 switched)", last.Title, "the newest minute: two requests, one switch")
-	assert.Equal(t, 0, last.Y, "the tallest bar reaches the top")
-	assert.Greater(t, last.H2, 0)
-	assert.Equal(t, "1 min ago: 1", o.Traffic.Bars[58].Title)
-	assert.Equal(t, "59 min ago: 1", o.Traffic.Bars[0].Title)
-	assert.Equal(t, "2", o.Traffic.Max)
-	assert.Equal(t, "bad", o.Errors.Tone)
+	// The charts: a value per minute, oldest first, each minute named by
+	// its UTC time; a value axis in whole requests or attempts per minute.
+	require.Len(t, o.Charts, 2)
+	traffic, failed := o.Charts[0], o.Charts[1]
+	assert.Equal(t, "Requests per minute", traffic.Title)
+	require.Len(t, traffic.Table.Rows, 60)
+	assert.Equal(t, ui.ChartRow{Label: "12:00", Cells: []string{"2"}}, traffic.Table.Rows[59], "the newest minute: two requests")
+	assert.Equal(t, ui.ChartRow{Label: "11:59", Cells: []string{"1"}}, traffic.Table.Rows[58])
+	assert.Equal(t, ui.ChartRow{Label: "11:01", Cells: []string{"1"}}, traffic.Table.Rows[0], "59 minutes ago")
+	assert.Equal(t, []string{"failed attempts", "switches"}, failed.Table.Head)
+	assert.Equal(t, []string{"1", "1"}, failed.Table.Rows[59].Cells, "the newest minute: a failed attempt and a switch")
+	assert.Equal(t, []string{"1", "0"}, failed.Table.Rows[0].Cells)
+	for _, c := range o.Charts {
+		for _, svg := range []string{c.SVG, c.NarrowSVG} {
+			assert.Contains(t, svg, "<svg", c.ID)
+			assert.Contains(t, svg, ">11:01</text>", "%s: the time axis starts at the window's first minute", c.ID)
+			assert.Contains(t, svg, ">12:00</text>", "%s: and ends now", c.ID)
+			assert.Contains(t, svg, ">4</text>", "%s: the value axis reaches a whole 4 above the peak of 2", c.ID)
+			assert.Contains(t, svg, ">0</text>", c.ID)
+		}
+	}
+	assert.Contains(t, traffic.SVG, ">requests / min</text>", "the value axis says its unit")
+	assert.Contains(t, failed.SVG, ">attempts / min</text>")
 
 	require.Len(t, o.Classes, 2)
 	assert.Equal(t, ui.ClassCount{Class: "usage_limit", Count: 2, Width: 100, Tone: "warn", URL: "/admin/diagnostics?class=usage_limit"}, o.Classes[0])
@@ -85,8 +100,10 @@ func TestBuildOverview(t *testing.T) {
 	assert.Equal(t, "acc_gone", o.Threads[1].Account, "an account since removed shows by id")
 	assert.Equal(t, "/admin/bindings?thread=t1", o.Threads[0].URL)
 
-	o = buildOverview(now, nil, nil, nil, store.Traffic{Requests: make([]int, 60), Failed: make([]int, 60), Switches: make([]int, 60),
+	o, err = buildOverview(now, nil, nil, nil, store.Traffic{Requests: make([]int, 60), Failed: make([]int, 60), Switches: make([]int, 60),
 		FailedAttempts: make([]int, 60)}, 0, 0)
+	require.NoError(t, err)
+	assert.Contains(t, o.Charts[0].SVG, ">requests / min</text>", "an empty window is charted too, with its axes")
 	assert.Equal(t, "bad", o.Cards[0].Tone, "no account: the pool is down")
 	assert.Empty(t, o.Threads)
 	assert.Empty(t, o.Classes)

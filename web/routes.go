@@ -31,6 +31,8 @@ func (s *Server) routes() {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", s.metricsHandler())
+	// The bare address is where a newcomer's browser lands: the console.
+	e.Any("/", rootRedirect)
 
 	// The admin API: every route needs the admin bearer token.
 	api := e.Group("/api/v1", s.requireAdmin, limitBody(maxAPIBody))
@@ -94,6 +96,8 @@ func (s *Server) routes() {
 	con.GET("/lanes", s.lanesPage)
 	con.GET("/diagnostics", s.diagnosticsPage)
 	con.GET("/requests", s.requestsPage)
+	con.GET("/requests/:id", s.requestPage)
+	con.GET("/search", s.searchPage)
 	con.GET("/usage", s.usagePage)
 	con.GET("/usage.csv", s.usageCSV)
 	con.GET("/keys", s.keysPage)
@@ -113,6 +117,15 @@ func (s *Server) routes() {
 		e.Any(openAIRoute, echo.WrapHandler(s.cfg.Client))
 	}
 	s.metrics.setRoutes(e.Routes())
+}
+
+// rootRedirect sends a GET or HEAD of exactly / to the console; any other
+// method there is answered 404, as every unknown route is.
+func rootRedirect(c echo.Context) error {
+	if m := c.Request().Method; m != http.MethodGet && m != http.MethodHead {
+		return echo.ErrNotFound
+	}
+	return c.Redirect(http.StatusFound, "/admin/")
 }
 
 // The client routes: Codex's, served by Config.Client, which bounds its own

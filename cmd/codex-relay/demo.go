@@ -10,6 +10,7 @@ import (
 	"github.com/codexrelay/codex-relay/cmd/internal/app"
 	"github.com/codexrelay/codex-relay/internal/sim"
 	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/web"
 )
 
 const demoPurpose = `Run the relay in front of the simulated upstream, ready for Codex: three accounts
@@ -140,16 +141,8 @@ Client key (shown once):
 Put this in $CODEX_HOME/config.toml (CODEX_HOME=~/.codex by default):
 
 model = "gpt-5.5-codex"
-model_provider = "relay"
-
-[model_providers.relay]
-name = "relay"
-base_url = "%s/backend-api/codex"
-wire_api = "responses"
-env_key = "CODEX_RELAY_KEY"
-supports_websockets = true
-
+%s
 Then: codex exec --skip-git-repo-check "say hello"
 Stop with Ctrl-C.
-`, base, database, base, token, base, simURL, key, base)
+`, base, database, base, token, base, simURL, key, web.CodexConfig(base))
 }

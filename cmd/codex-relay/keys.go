@@ -200,15 +200,7 @@ The key, shown once (the relay keeps only its hash):
 
 Put this in $CODEX_HOME/config.toml (CODEX_HOME=~/.codex by default):
 
-model_provider = "relay"
-
-[model_providers.relay]
-name = "relay"
-base_url = "%s/backend-api/codex"
-wire_api = "responses"
-env_key = "CODEX_RELAY_KEY"
-supports_websockets = true
-`, k.Key, api.base)
+%s`, k.Key, web.CodexConfig(api.base))
 	return nil
 }
 

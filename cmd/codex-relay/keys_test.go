@@ -13,6 +13,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/internal/store/storetest"
+	"github.com/codexrelay/codex-relay/web"
 )
 
 // keys create prints the key once with the Codex config block; the key
@@ -34,6 +35,8 @@ func TestKeysCommands(t *testing.T) {
 		assert.Contains(t, out, `base_url = "`+url+`/backend-api/codex"`)
 		assert.Contains(t, out, `env_key = "CODEX_RELAY_KEY"`)
 		assert.Contains(t, out, "shown once")
+		assert.Contains(t, out, "(CODEX_HOME=~/.codex by default):\n\n"+web.CodexConfig(url),
+			"the config block is the one the console shows with a new key")
 		k, err := s.AuthenticateClientKey(ctx, secret)
 		require.NoError(t, err, "the printed key authenticates")
 		assert.Equal(t, "laptop", k.Name)

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -226,6 +228,30 @@ func (s *Store) Requests(ctx context.Context, f RequestFilter) ([]RequestRecord,
 		out[i] = r.record()
 	}
 	return out, total, nil
+}
+
+// Request reads one request log row by id; ErrNotFound when the log has
+// none (never written, or deleted by retention).
+func (s *Store) Request(ctx context.Context, id string) (RequestRecord, error) {
+	var r requestRow
+	err := s.get(ctx, &r, `SELECT `+requestColumns+` FROM requests WHERE id = ?`, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return RequestRecord{}, fmt.Errorf("request %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return RequestRecord{}, fmt.Errorf("read request: %w", err)
+	}
+	return r.record(), nil
+}
+
+// AnyRequest reports whether the request log holds a row at all, reading
+// at most one.
+func (s *Store) AnyRequest(ctx context.Context) (bool, error) {
+	var n int
+	if err := s.get(ctx, &n, `SELECT COUNT(*) FROM (SELECT 1 FROM requests LIMIT 1) one`); err != nil {
+		return false, fmt.Errorf("read request log: %w", err)
+	}
+	return n > 0, nil
 }
 
 // Attempt is the diagnostic record of one try of a request on one account,

@@ -6,12 +6,16 @@ package ui
 
 // Frame is what every console page shares: its title, the active entry of
 // the navigation, the session's CSRF token for its forms, and a one-time
-// message from the previous action.
+// message from the previous action. Intro names the page whose one-line
+// explanation is shown under the title ("" none); Search is what the
+// header's search box holds.
 type Frame struct {
-	Title string
-	Nav   string
-	CSRF  string
-	Flash *Flash
+	Title  string
+	Nav    string
+	Intro  string
+	Search string
+	CSRF   string
+	Flash  *Flash
 }
 
 // Flash is a one-time message; Kind is "ok" or "error".
@@ -51,39 +55,16 @@ type Overview struct {
 	Window    string // e.g. "last 60 min"
 	UpdatedAt string
 	Cards     []Card
-	Traffic   Chart // requests per minute, switches overlaid
-	Errors    Chart // errors per minute
-	Classes   []ClassCount
-	Threads   []ThreadRow
-	Accounts  []AccountRow
+	// Charts are requests, and failed attempts and switches, per minute.
+	Charts   []UsageChart
+	Classes  []ClassCount
+	Threads  []ThreadRow
+	Accounts []AccountRow
 }
 
 // Card is one headline number. Tone is "", "ok", "warn" or "bad".
 type Card struct {
 	Label, Value, Note, Tone string
-}
-
-// Chart is a small bar chart drawn as inline SVG; the geometry is computed
-// by the handler, in SVG user units.
-type Chart struct {
-	Title, Tone   string
-	Width, Height int
-	Bars          []Bar
-	Max           string // the value of the tallest bar, for the axis label
-	From, To      string // labels of the first and last bar
-	Legend        []Legend
-}
-
-// Bar is one column of a chart, with an optional overlay (H2 > 0) drawn
-// over its base.
-type Bar struct {
-	X, W, Y, H, Y2, H2 int
-	Title              string
-}
-
-// Legend names a series of a chart and its tone.
-type Legend struct {
-	Label, Tone string
 }
 
 // ClassCount is how many attempts ended in one class; Width is its bar in
@@ -207,7 +188,9 @@ type BindingSearch struct {
 
 // BindingRow is one binding.
 type BindingRow struct {
-	ID, Kind, Strength, Source        string
+	ID, Kind, Strength, Source string
+	// Why says in words how the binding was set (its Source).
+	Why                               string
 	Pin                               bool
 	AccountID, Account                string
 	Session, Thread, ClientKey        string
@@ -229,7 +212,9 @@ type Lanes struct {
 // LaneRow is one live upstream lane.
 type LaneRow struct {
 	Kind, Account, AccountID, Session, Thread, Age, Opened, URL, Replica string
-	Requests                                                             int64
+	// KindNote says what the kind of lane is for.
+	KindNote string
+	Requests int64
 	// Retiring: the lane closes at the end of its turn.
 	Retiring bool
 }
@@ -252,7 +237,9 @@ type DiagnosticsFilter struct {
 
 // Timeline is one request's attempts, first to last.
 type Timeline struct {
+	// URL is the timeline alone; RequestURL the request's own page.
 	RequestID, Thread, Session, Started, Total, Outcome, Tone, URL string
+	RequestURL                                                     string
 	Attempts                                                       []AttemptRow
 }
 
@@ -261,9 +248,12 @@ type Timeline struct {
 type AttemptRow struct {
 	Seq                                  int
 	Account, From, Class, Tone, Recovery string
-	Action, Status, ErrorCode, Detail    string
-	Duration, FirstEvent, Started        string
-	BarX, BarW                           int
+	// AccountURL is the account's requests ("" for an attempt selection
+	// refused before choosing one).
+	AccountURL                        string
+	Action, Status, ErrorCode, Detail string
+	Duration, FirstEvent, Started     string
+	BarX, BarW                        int
 	// Matched: the page's filter (a class, a recovery, an account)
 	// selected this attempt; the request's others are shown with it.
 	Matched bool
@@ -305,6 +295,8 @@ type RequestFilter struct {
 
 // RequestRow is one request of the log.
 type RequestRow struct {
+	// URL is the request's own page.
+	URL                                                                  string
 	ID, Started, StartedFull, Transport, Path, Model, Account, AccountID string
 	Thread, Session, ClientKey, Status, Tone, ErrorCode, Recovery        string
 	FirstEvent, Duration, Tokens, DiagnosticsURL, ThreadURL              string
@@ -317,11 +309,16 @@ type Keys struct {
 	Created  *CreatedKey
 	Form     KeyForm
 	Accounts []Option
+	// FirstKey: no client key was ever created, so the relay runs keyless
+	// (loopback clients only, without a key) until the form creates one.
+	FirstKey bool
 }
 
-// CreatedKey is a key just created, with its secret.
+// CreatedKey is a key just created, with its secret, and the Codex config
+// block that uses it (web.CodexConfig, for the relay's address as the
+// browser reached it).
 type CreatedKey struct {
-	Name, Secret string
+	Name, Secret, Config string
 }
 
 // KeyForm holds what an operator typed into the create form; Limits is
