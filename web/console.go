@@ -37,6 +37,15 @@ func (s *Server) frame(c echo.Context, nav, title string) ui.Frame {
 	return f
 }
 
+// subframe is frame for a page under a section (an account's page): the
+// section's tab is current, but its explanation, written for the list, is
+// not shown.
+func (s *Server) subframe(c echo.Context, nav, title string) ui.Frame {
+	f := s.frame(c, nav, title)
+	f.Intro = ""
+	return f
+}
+
 // flashNowKey holds a message for the page this very answer renders (a form
 // shown again with its error), as a *ui.Flash.
 const flashNowKey = "codex_relay.flash"

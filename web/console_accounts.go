@@ -164,7 +164,7 @@ func (s *Server) renderAccount(c echo.Context, status int, id string, typed *acc
 			p.Form.ProxyURL = typed.ProxyURL
 		}
 	}
-	return s.render(c, status, ui.AccountPage(s.frame(c, "accounts", "Account "+a.Label), p))
+	return s.render(c, status, ui.AccountPage(s.subframe(c, "accounts", "Account "+a.Label), p))
 }
 
 // consoleSaveAccount saves the account page's form. A refused form is
@@ -249,7 +249,7 @@ func (s *Server) removeAccountPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.render(c, http.StatusOK, ui.RemoveAccountPage(s.frame(c, "accounts", "Remove account "+a.Label), p))
+	return s.render(c, http.StatusOK, ui.RemoveAccountPage(s.subframe(c, "accounts", "Remove account "+a.Label), p))
 }
 
 // consoleRemoveAccount removes an account, once its page's confirmation

@@ -361,7 +361,7 @@ func (s *Server) signInPage(c echo.Context) error {
 	}
 	v := s.signInView(si, s.cfg.Now())
 	v.LiveURL = "/admin/live/signin?" + url.Values{"id": {si.id}}.Encode()
-	return s.render(c, http.StatusOK, ui.SignInPage(s.frame(c, "accounts", "Sign in with ChatGPT"), v))
+	return s.render(c, http.StatusOK, ui.SignInPage(s.subframe(c, "accounts", "Sign in with ChatGPT"), v))
 }
 
 // consoleCancelSignIn gives up a sign-in waiting for approval.
