@@ -57,6 +57,63 @@ func (f *failure) wsEvent() []byte {
 	return mustJSON(wire.NewErrorEvent(f.status, f.err, f.header))
 }
 
+// screen is the failure f of an attempt of class as the client may see it.
+// An upstream's own error whose class says it is about the account rather
+// than the request (its credentials, its billing, what it may do) or that
+// the relay cannot read (a server error) is answered with the relay's
+// sentence: such bodies have held the account's API key ("Incorrect API key
+// provided: sk-..."), and none helps the client, who cannot act on the
+// account. The status, the error's type and code, and the headers worth
+// passing (request ids, rate limits) stay. Any other upstream error passes
+// as it came, credential-shaped text masked. The attempt record keeps the
+// upstream's message, masked too. Pure.
+func screen(f *failure, class attemptClass) *failure {
+	if f == nil || f.body == nil && f.event == nil {
+		return f
+	}
+	var msg string
+	switch class {
+	case classAuth:
+		msg = "the upstream account's credentials were refused; its operator must sign it in again or replace its key"
+	case classBilling:
+		msg = "the upstream account's billing refused the request"
+	case classForbidden:
+		msg = "the upstream account may not make this request"
+	case classServer:
+		msg = "the upstream account failed the request (" + strconv.Itoa(f.status) + " " + http.StatusText(f.status) + ")"
+	default:
+		out := *f
+		if f.body != nil {
+			out.body = wire.MaskSecrets(f.body)
+		}
+		if f.event != nil {
+			out.event = wire.MaskSecrets(f.event)
+		}
+		out.err.Message = wire.MaskSecretsString(f.err.Message)
+		return &out
+	}
+	e := apiError{Type: cmp.Or(f.err.Type, wire.TypeServerError), Code: f.err.Code, Message: msg}
+	if e.Code == "" && class == classAuth {
+		e.Code = "upstream_auth_failed"
+	}
+	return &failure{status: f.status, err: e, header: f.header}
+}
+
+// screenAnswer is an upstream's HTTP error answer to a one-shot request
+// (a model list, a goal call) as the client may see it: classified as an
+// attempt's would be, then screened.
+func screenAnswer(status int, header http.Header, body []byte, now time.Time) *failure {
+	f := &failure{status: status, header: header, body: body}
+	if e, ok := wire.ParseErrorBody(body); ok {
+		f.err = e
+	}
+	var ep *apiError
+	if f.err != (apiError{}) {
+		ep = &f.err
+	}
+	return screen(f, classify(attemptEnd{Now: now, Status: status, Err: ep}).Class)
+}
+
 // relayFailure is a failure the relay makes: a stable code and a plain
 // sentence. The cause (a dial error, an account id, an upstream URL) goes
 // to the log and the attempt record, never to the client.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // attempts serves one request, whatever its transport: choose an account,
@@ -142,7 +143,8 @@ type requestLog struct {
 
 // attempt records one attempt (account "" for a request selection refused).
 // Every attempt of a compaction says so first in its detail, with how the
-// request was recognised as one.
+// request was recognised as one. The detail holds upstream messages:
+// credential-shaped text in them is masked.
 func (l *requestLog) attempt(seq int, account, from string, class attemptClass, recovery string, action nextAction, status int, code, detail string, started time.Time, first time.Duration) {
 	r := l.r
 	if r.compaction != "" {
@@ -150,7 +152,7 @@ func (l *requestLog) attempt(seq int, account, from string, class attemptClass, 
 	}
 	l.attempts = append(l.attempts, store.Attempt{RequestID: r.id, Seq: seq, ThreadKey: string(r.ident.Key), SessionID: r.ident.Session,
 		ThreadID: r.ident.Thread, AccountID: account, FromAccountID: from, Transport: r.transport, Class: string(class),
-		Recovery: recovery, Action: string(action), Status: status, ErrorCode: code, Detail: detail,
+		Recovery: recovery, Action: string(action), Status: status, ErrorCode: code, Detail: wire.MaskSecretsString(detail),
 		StartedAt: started, EndedAt: l.s.cfg.Now(), FirstEvent: first})
 }
 

@@ -180,3 +180,47 @@ func TestFailureFor(t *testing.T) {
 		})
 	}
 }
+
+// screen: an upstream's error about the account, or one the relay cannot
+// read, becomes the relay's sentence with the status, type, code and
+// headers kept; any other passes as it came, credentials masked; the
+// relay's own failures pass untouched.
+func TestScreen(t *testing.T) {
+	t.Parallel()
+	leak := []byte(`{"error":{"type":"invalid_request_error","code":"invalid_api_key","message":"Incorrect API key provided: sk-proj-ABCDEFGH1234"}}`)
+	hdr := http.Header{"X-Request-Id": {"req_up"}}
+	for _, c := range []struct {
+		class  attemptClass
+		status int
+		reword bool
+	}{
+		{classAuth, 401, true}, {classBilling, 402, true}, {classForbidden, 403, true}, {classServer, 500, true},
+		{classInvalid, 400, false}, {classRateLimit, 429, false}, {classUsageLimit, 429, false}, {classQuota, 429, false},
+		{classPrevNotFound, 400, false}, {classCiphertext, 400, false},
+	} {
+		e, _ := wire.ParseErrorBody(leak)
+		f := screen(&failure{status: c.status, header: hdr, body: leak, err: e}, c.class)
+		assert.Equal(t, c.status, f.status, c.class)
+		assert.Equal(t, hdr, f.header, c.class)
+		assert.NotContains(t, string(f.httpBody()), "ABCDEFGH", c.class)
+		assert.NotContains(t, string(f.wsEvent()), "ABCDEFGH", c.class)
+		if c.reword {
+			assert.Nil(t, f.body, c.class)
+			assert.Equal(t, "invalid_api_key", f.err.Code, "%s: the upstream's code stays", c.class)
+			assert.Contains(t, f.err.Message, "the upstream account", c.class)
+		} else {
+			assert.Contains(t, string(f.httpBody()), "Incorrect API key provided: sk-p***", "%s: the upstream's words, masked", c.class)
+		}
+	}
+	own := failUnreachable()
+	assert.Same(t, own, screen(own, classTransport), "the relay's own failure is its own words already")
+	ev := screen(&failure{status: 401, event: []byte(`{"type":"error","status":401,"error":{"message":"Bearer sk-abcdef123456"}}`)}, classAuth)
+	assert.NotContains(t, string(ev.wsEvent()), "abcdef123456")
+	assert.Equal(t, "upstream_auth_failed", ev.err.Code, "an auth failure without a code gets one")
+
+	a := screenAnswer(401, nil, leak, now)
+	assert.Nil(t, a.body, "a one-shot answer (models, goals) is screened the same")
+	assert.Equal(t, 401, a.status)
+	b := screenAnswer(404, nil, []byte(`{"error":{"message":"no model sk-abcdefgh1234"}}`), now)
+	assert.Equal(t, `{"error":{"message":"no model sk-a***"}}`, string(b.body))
+}

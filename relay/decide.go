@@ -149,6 +149,7 @@ func (t *tries) decide(e ended) step {
 	facts := e.facts
 	facts.Refreshed = e.refresh == refreshDone
 	out := classify(facts)
+	f = screen(f, out.Class)
 	st := step{class: out.Class, action: out.Action, recovery: cmp.Or(out.Recovery, t.plan.recovery), penalty: out.Penalty, failure: f}
 	switch out.Action {
 	case actionDone:

@@ -98,3 +98,20 @@ func TestMembersTheRelayDecidesOnAreReadOnce(t *testing.T) {
 	typ, _ := lastEvent(events)
 	assert.Equal(t, "response.completed", typ, "%v", events)
 }
+
+// A text frame that is not UTF-8 closes the client's WebSocket with 1007
+// (RFC 6455 8.1) and reaches no upstream; before, it was forwarded, and
+// the upstream read other text than the relay did.
+func TestInvalidUTF8TextFrameClosesWith1007(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	ws := h.dialWS("s", "t")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	frame := []byte(`{"type":"response.create","model":"gpt-5.4","input":"caf` + "\xe9" + `"}`)
+	require.NoError(t, ws.conn.Write(ctx, websocket.MessageText, frame))
+	_, _, err := ws.conn.Read(ctx)
+	require.Error(t, err)
+	assert.Equal(t, websocket.StatusInvalidFramePayloadData, websocket.CloseStatus(err), "%v", err)
+	assert.Empty(t, h.responseRecords(""), "nothing reached the upstream")
+}

@@ -133,7 +133,7 @@ func (s *Server) serveModelList(w http.ResponseWriter, r *http.Request, cl clien
 		case resp.StatusCode == http.StatusOK:
 			upstream, listed = parseModels(b)
 		default:
-			status, fail = openAIFailure(&failure{status: resp.StatusCode, body: b})
+			status, fail = openAIFailure(screenAnswer(resp.StatusCode, nil, b, s.cfg.Now()))
 		}
 	}
 	if !listed && len(cl.key.Models) == 0 && len(cl.key.Policy.ModelAliases) == 0 {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // serveModels answers GET .../models from an account the client may use:
@@ -37,7 +38,7 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	copyAnswer(w, resp)
+	copyAnswer(w, resp, s.cfg.Now())
 }
 
 // goalPayload is the part of a thread-goal request the relay routes by.
@@ -82,7 +83,7 @@ func (s *Server) serveGoal(w http.ResponseWriter, r *http.Request, op string) {
 		return
 	}
 	defer resp.Body.Close()
-	copyAnswer(w, resp)
+	copyAnswer(w, resp, s.cfg.Now())
 }
 
 // chooseOrAnswer selects an account for a one-shot request (models, goals)
@@ -108,8 +109,9 @@ func (s *Server) upstreamUnreachable(w http.ResponseWriter, ch choice, err error
 	writeError(w, f.status, f.err)
 }
 
-// copyAnswer relays a small upstream answer (bounded) with its status.
-func copyAnswer(w http.ResponseWriter, resp *http.Response) {
+// copyAnswer relays a small upstream answer (bounded) with its status; an
+// error answer is screened (screenAnswer) first.
+func copyAnswer(w http.ResponseWriter, resp *http.Response, now time.Time) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
 		f := failInterrupted()
@@ -117,6 +119,14 @@ func copyAnswer(w http.ResponseWriter, resp *http.Response) {
 		return
 	}
 	passHeaders(w.Header(), resp.Header)
+	if resp.StatusCode >= 400 {
+		f := screenAnswer(resp.StatusCode, nil, body, now)
+		if f.body == nil { // the relay's own sentence
+			writeError(w, f.status, f.err)
+			return
+		}
+		body = f.body
+	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		w.Header().Set("Content-Type", ct)
 	}

@@ -489,6 +489,9 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 			// The upstream answered with an error of its own; the connection
 			// and its chain are still sound.
 			end.facts = attemptEnd{Now: s.cfg.Now(), Began: true, Status: end.tr.failStatus, Err: end.tr.failure, Committed: committed}
+			if e := end.tr.failure; e != nil && e.Message != "" {
+				end.detail = e.Message // the upstream's words, for the attempt record (masked there)
+			}
 			if !committed {
 				// A failure before any work: nothing is sent yet, so the
 				// request may still recover (strip ciphertext, move) or pass

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -240,6 +241,10 @@ func (ws *wsSession) run(ctx context.Context) error {
 	return err
 }
 
+// errInvalidUTF8 ends a session whose client sent a text frame that is
+// not UTF-8.
+var errInvalidUTF8 = errors.New("client websocket: a text frame is not valid UTF-8 (closed with 1007)")
+
 // read reads the client's messages into msgs until the connection ends,
 // and closes msgs. A message that cannot be taken is answered with an
 // error event.
@@ -252,6 +257,12 @@ func (ws *wsSession) read(ctx context.Context, msgs chan<- []byte) error {
 		}
 		var refusal []byte
 		switch {
+		case typ == websocket.MessageText && !utf8.Valid(data):
+			// RFC 6455 8.1: an endpoint fails a connection whose text frame is
+			// not UTF-8, with 1007. Forwarded, the upstream would read other
+			// text than the relay (encoding/json reads the bytes as U+FFFD).
+			_ = ws.conn.Close(websocket.StatusInvalidFramePayloadData, "a text frame is not valid UTF-8")
+			return errInvalidUTF8
 		case typ != websocket.MessageText:
 			refusal = errorEvent(http.StatusBadRequest, apiError{Type: wire.TypeInvalidRequest, Code: "unsupported_frame",
 				Message: "binary frames are not supported: send response.create as a text frame"})

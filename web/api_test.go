@@ -357,6 +357,7 @@ func TestReadyzNeedsMigrations(t *testing.T) {
 	code, body, _ := call(t, srv, http.MethodGet, "/readyz", "", nil)
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, "not_ready", body["status"])
+	assert.Regexp(t, `^migrations pending: at version 0 of \d+$`, body["reason"], "the cause, and nothing of where the database is")
 	code, _, _ = call(t, srv, http.MethodGet, "/healthz", "", nil)
 	assert.Equal(t, http.StatusOK, code, "liveness does not depend on the database")
 }

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/codexrelay/codex-relay/internal/store"
 )
 
 // healthz answers while the process runs; it checks nothing else, so an
@@ -26,8 +29,15 @@ func (s *Server) readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
 	defer cancel()
 	if err := s.cfg.Store.Ready(ctx); err != nil {
+		// /readyz answers anyone: the reason names no database address,
+		// user or path (the log has the whole error).
 		s.cfg.Logger.Warn("not ready", "err", err)
-		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": err.Error()})
+		reason := "database not ready"
+		var nr *store.NotReadyError
+		if errors.As(err, &nr) {
+			reason = nr.Reason
+		}
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": reason})
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

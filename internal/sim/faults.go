@@ -111,6 +111,10 @@ type Fault struct {
 	ResetsIn Duration `json:"resets_in,omitempty"`
 	// MaxAge is websocket_max_age's connection age.
 	MaxAge Duration `json:"max_age,omitempty"`
+	// Message, when set, replaces the error message of a fault that
+	// answers with an error (an upstream that echoes what it was sent:
+	// "Incorrect API key provided: sk-...").
+	Message string `json:"message,omitempty"`
 }
 
 // FaultState is a Fault as installed: its ID and how often it matched and
@@ -325,6 +329,9 @@ func answerFor(f Fault, planType string, primaryReset, now time.Time) faultAnswe
 		a.cutAfter = f.Events
 	case FaultStall:
 		a.stallAt = f.Events
+	}
+	if f.Message != "" && a.status != 0 {
+		a.err.Message = f.Message
 	}
 	return a
 }

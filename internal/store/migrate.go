@@ -74,20 +74,37 @@ func (s *Store) SchemaVersion(ctx context.Context) (current, latest int64, err e
 // write went through: see WritesRefused) and every migration is applied.
 func (s *Store) Ready(ctx context.Context) error {
 	if err := s.Ping(ctx); err != nil {
-		return fmt.Errorf("database unreachable: %w", err)
+		return &NotReadyError{Reason: "database unreachable", Err: err}
 	}
 	if err := s.WritesRefused(); err != nil {
-		return fmt.Errorf("database refuses writes: %w", err)
+		return &NotReadyError{Reason: "database refuses writes", Err: err}
 	}
 	cur, latest, err := s.SchemaVersion(ctx)
 	if err != nil {
-		return fmt.Errorf("schema version: %w", err)
+		return &NotReadyError{Reason: "database schema version unreadable", Err: err}
 	}
 	if cur < latest {
-		return fmt.Errorf("migrations pending: at version %d of %d", cur, latest)
+		return &NotReadyError{Reason: fmt.Sprintf("migrations pending: at version %d of %d", cur, latest)}
 	}
 	return nil
 }
+
+// NotReadyError is why the store cannot serve: Reason in words that name
+// no address, user or path (an unauthenticated /readyz shows it), Err the
+// cause with its details (for the log).
+type NotReadyError struct {
+	Reason string
+	Err    error
+}
+
+func (e *NotReadyError) Error() string {
+	if e.Err == nil {
+		return e.Reason
+	}
+	return e.Reason + ": " + e.Err.Error()
+}
+
+func (e *NotReadyError) Unwrap() error { return e.Err }
 
 // lockFile takes an exclusive advisory lock on path, waiting until ctx ends.
 func lockFile(ctx context.Context, path string) (func(), error) {

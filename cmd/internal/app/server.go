@@ -12,11 +12,15 @@ import (
 
 // The HTTP server's limits in front of the relay (httpServer): headers
 // within ReadHeaderTimeout and MaxHeaderBytes, idle kept-alive connections
-// closed after IdleTimeout.
+// closed after IdleTimeout. MaxHeaderBytes bounds what the relay forwards
+// upstream too (every header but those it drops passes): 64 KiB holds
+// Codex's headers many times over (its turn metadata is the largest, a
+// few hundred bytes) and refuses, with 431, the megabyte of headers a
+// client could otherwise have the relay forward on every request.
 const (
 	ReadHeaderTimeout = 10 * time.Second
 	IdleTimeout       = 2 * time.Minute
-	MaxHeaderBytes    = 1 << 20
+	MaxHeaderBytes    = 64 << 10
 )
 
 // httpServer is the HTTP server in front of the relay's handler, with the

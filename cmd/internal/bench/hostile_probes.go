@@ -70,15 +70,17 @@ func (e *hostileEnv) probeList() []probe {
 			return e.httpProbe(ctx, floodHeaders(64, headerLimit/64-64), paddedRequest(e.probeSession(), 0), "", http.StatusOK, "")
 		}},
 		{"headers 8 KiB over the limit", "431", func(ctx context.Context) (string, bool) {
-			return e.httpProbe(ctx, floodHeaders(65, headerLimit/64), paddedRequest(e.probeSession(), 0), "", http.StatusRequestHeaderFieldsTooLarge, "")
+			// net/http reads 4 KiB past MaxHeaderBytes before it refuses: the
+			// flood is 12 KiB over the setting, 8 KiB over what is read.
+			return e.httpProbe(ctx, floodHeaders(76, headerLimit/64), paddedRequest(e.probeSession(), 0), "", http.StatusRequestHeaderFieldsTooLarge, "")
 		}},
-		{"10,000 headers", completed, func(ctx context.Context) (string, bool) {
-			return e.httpProbe(ctx, floodHeaders(10000, 8), paddedRequest(e.probeSession(), 0), "", http.StatusOK, "")
+		{"2,000 headers", completed, func(ctx context.Context) (string, bool) {
+			return e.httpProbe(ctx, floodHeaders(2000, 8), paddedRequest(e.probeSession(), 0), "", http.StatusOK, "")
 		}},
-		{"one header of 1 MiB less 4 KiB", completed, func(ctx context.Context) (string, bool) {
+		{"one header of the limit less 4 KiB", completed, func(ctx context.Context) (string, bool) {
 			return e.httpProbe(ctx, floodHeaders(1, headerLimit-4<<10), paddedRequest(e.probeSession(), 0), "", http.StatusOK, "")
 		}},
-		{"one header of 2 MiB", "431", func(ctx context.Context) (string, bool) {
+		{"one header of twice the limit", "431", func(ctx context.Context) (string, bool) {
 			return e.httpProbe(ctx, floodHeaders(1, 2*headerLimit), paddedRequest(e.probeSession(), 0), "", http.StatusRequestHeaderFieldsTooLarge, "")
 		}},
 		{"Session-Id of 257 bytes", "400 invalid_header", func(ctx context.Context) (string, bool) {
@@ -102,7 +104,7 @@ func (e *hostileEnv) probeList() []probe {
 		{"WebSocket deflate bomb (inflates past the limit)", "close 1009", func(ctx context.Context) (string, bool) {
 			return e.wsProbe(ctx, paddedCreate(int(maxMsg)+1), true, websocket.StatusMessageTooBig)
 		}},
-		{"WebSocket handshake with 2 MiB of headers", "431", func(ctx context.Context) (string, bool) {
+		{"WebSocket handshake with twice the limit of headers", "431", func(ctx context.Context) (string, bool) {
 			return e.wsHandshakeProbe(ctx, floodHeaders(1, 2*headerLimit), http.StatusRequestHeaderFieldsTooLarge)
 		}},
 		{"WebSocket handshake with a Session-Id of 257 bytes", "400", func(ctx context.Context) (string, bool) {
