@@ -12,7 +12,7 @@ func TestMaskSecrets(t *testing.T) {
 		"Incorrect API key provided: Bearer sk-proj-abcdefghijkl1234.": "Incorrect API key provided: Bear***",
 		"Incorrect API key provided: sk-abcdef123456. You can find":    "Incorrect API key provided: sk-a***. You can find",
 		"token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig_x": "token eyJh***",
-		"client crk_ABCdef123456 and admin cra_xyz789abc":               "client crk_*** and admin cra_***",
+		"client crk_ABCdef123456 and admin cra_xyz789abc":              "client crk_*** and admin cra_***",
 		"rate limit reached for gpt-5.5 in organization org-abc":       "rate limit reached for gpt-5.5 in organization org-abc",
 		"the task-runner failed":                                       "the task-runner failed",
 	} {
