@@ -8,10 +8,11 @@
 // BUDGETED_KEY (a client key with limits, whose page edits them).
 // Exit status 0 when every step passed; each step is logged.
 
-import { chromium } from "playwright-core";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
+import { check, must as mustOf, openBrowser, step, widths } from "./browser.mjs";
+
+const must = (name) => mustOf("console.mjs", name);
 
 const base = must("RELAY_URL");
 const token = must("ADMIN_TOKEN");
@@ -24,68 +25,8 @@ const budgetedKey = must("BUDGETED_KEY");
 const usageCSVHeader =
   "day,key_id,requests,input_tokens,cached_input_tokens,output_tokens,reasoning_tokens,total_tokens,cost_usd,unpriced_requests,cache_hit_rate,ttft_p50_ms,ttft_p95_ms,errors";
 
-function must(name) {
-  const v = process.env[name];
-  if (!v) {
-    console.error(`console.mjs: ${name} is not set`);
-    process.exit(2);
-  }
-  return v;
-}
-
-function step(msg) {
-  console.log(`step: ${msg}`);
-}
-
-function check(cond, msg) {
-  if (!cond) throw new Error(`check failed: ${msg}`);
-}
-
-const widths = [
-  { name: "1280", width: 1280, height: 800 },
-  { name: "390", width: 390, height: 844 },
-];
-
-fs.mkdirSync(outDir, { recursive: true });
-const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "codex-relay-chromium-"));
-// Nothing may leave loopback: no DNS outside it, no background services.
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath,
-  headless: true,
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-  ],
-  viewport: widths[0],
-});
-const offsite = [];
-context.on("request", (req) => {
-  const u = new URL(req.url());
-  if (u.protocol !== "data:" && u.hostname !== "127.0.0.1") offsite.push(req.url());
-});
-
+const { page, offsite, consoleErrors, close } = await openBrowser({ executablePath, outDir });
 let failed = false;
-const page = context.pages()[0] ?? (await context.newPage());
-const consoleErrors = [];
-// Script errors and CSP violations count; refused requests are the test's
-// own doing, but a stylesheet, script or icon that fails to load counts.
-page.on("console", (m) => {
-  if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) consoleErrors.push(m.text());
-});
-page.on("response", (r) => {
-  const type = r.request().resourceType();
-  if (["stylesheet", "script", "image", "font"].includes(type) && r.status() >= 400) {
-    consoleErrors.push(`${type} ${r.url()} answered ${r.status()}`);
-  }
-});
-page.on("pageerror", (e) => consoleErrors.push(String(e)));
 page.on("dialog", (d) => d.accept()); // data-confirm prompts
 
 // shoot captures the page at each width, its folded forms open so they are
@@ -327,7 +268,6 @@ try {
     console.error(`at ${page.url()}; screenshot in ${path.join(outDir, "failure.png")}`);
   } catch {}
 } finally {
-  await context.close();
-  fs.rmSync(userDataDir, { recursive: true, force: true });
+  await close();
 }
 process.exit(failed ? 1 : 0);

@@ -13,11 +13,11 @@
 // `{"thread":".."}` saying Codex was served. Its last line is a JSON
 // result. Exit status 0 when every step passed; each step is logged.
 
-import { chromium } from "playwright-core";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import readline from "node:readline";
+import path from "node:path";
+import { check, must as mustOf, openBrowser, step, widths } from "./browser.mjs";
+
+const must = (name) => mustOf("firstrun.mjs", name);
 
 const base = must("RELAY_URL");
 const token = must("ADMIN_TOKEN");
@@ -26,22 +26,6 @@ const outDir = must("OUT_DIR");
 const account = JSON.parse(must("ACCOUNT"));
 const keyName = "Ana's laptop";
 
-function must(name) {
-  const v = process.env[name];
-  if (!v) {
-    console.error(`firstrun.mjs: ${name} is not set`);
-    process.exit(2);
-  }
-  return v;
-}
-
-function step(msg) {
-  console.log(`step: ${msg}`);
-}
-
-function check(cond, msg) {
-  if (!cond) throw new Error(`check failed: ${msg}`);
-}
 
 // The test's answers, a line each.
 const answers = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]();
@@ -52,53 +36,13 @@ async function ask(what, payload) {
   return JSON.parse(value);
 }
 
-const widths = [
-  { name: "1280", width: 1280, height: 800 },
-  { name: "390", width: 390, height: 844 },
-];
-
-fs.mkdirSync(outDir, { recursive: true });
-const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "codex-relay-chromium-"));
-// Nothing may leave loopback: no DNS outside it, no background services.
-const context = await chromium.launchPersistentContext(userDataDir, {
+const { context, page, offsite, consoleErrors, watch, close } = await openBrowser({
   executablePath,
-  headless: true,
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-  ],
-  viewport: widths[0],
+  outDir,
+  origin: base,
+  permissions: ["clipboard-read", "clipboard-write"],
 });
-await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: base });
-const offsite = [];
-context.on("request", (req) => {
-  const u = new URL(req.url());
-  if (u.protocol !== "data:" && u.hostname !== "127.0.0.1") offsite.push(req.url());
-});
-
 let failed = false;
-const page = context.pages()[0] ?? (await context.newPage());
-const consoleErrors = [];
-function watch(p) {
-  p.on("console", (m) => {
-    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) consoleErrors.push(m.text());
-  });
-  p.on("pageerror", (e) => consoleErrors.push(String(e)));
-  p.on("response", (r) => {
-    const type = r.request().resourceType();
-    if (["stylesheet", "script", "image", "font"].includes(type) && r.status() >= 400) {
-      consoleErrors.push(`${type} ${r.url()} answered ${r.status()}`);
-    }
-  });
-}
-watch(page);
 
 // shoot captures the page at each width, its folded forms open so they are
 // seen too; at 390 px nothing may be wider than the screen.
@@ -297,8 +241,7 @@ try {
     console.error(`at ${page.url()}; screenshot in ${path.join(outDir, "failure.png")}`);
   } catch {}
 } finally {
-  await context.close();
-  fs.rmSync(userDataDir, { recursive: true, force: true });
+  await close();
 }
 console.log(JSON.stringify(result));
 process.exit(failed ? 1 : 0);
