@@ -383,16 +383,7 @@ func TestCodexKeyBudgetAndUsageReport(t *testing.T) {
 				}
 			}
 			require.Positive(t, reported.TotalTokens)
-			get := func(path string, hdr http.Header) (int, string) {
-				req, err := http.NewRequest(http.MethodGet, front.URL+path, nil)
-				require.NoError(t, err)
-				req.Header = hdr
-				req.Header.Set("Authorization", "Bearer "+admin)
-				resp, err := http.DefaultClient.Do(req)
-				require.NoError(t, err)
-				defer resp.Body.Close()
-				return resp.StatusCode, readAllString(t, resp)
-			}
+			get := func(path string, hdr http.Header) (int, string) { return adminGet(t, front.URL+path, admin, hdr) }
 			var rows []map[string]any
 			require.Eventually(t, func() bool {
 				code, body := get("/api/v1/usage?group_by=key&key="+k.ID, http.Header{})
@@ -470,22 +461,31 @@ func TestCodexCostLimitForTheREADMEModel(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, charged, "one turn charged, the rest refused: %+v", rows)
-	req, err := http.NewRequest(http.MethodGet, front.URL+"/api/v1/usage?group_by=key&key="+k.ID, nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+admin)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	code, body := adminGet(t, front.URL+"/api/v1/usage?group_by=key&key="+k.ID, admin, http.Header{})
+	require.Equal(t, http.StatusOK, code, body)
 	var report struct {
 		Rows []map[string]any `json:"rows"`
 	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&report))
-	resp.Body.Close()
+	require.NoError(t, json.Unmarshal([]byte(body), &report))
 	require.Len(t, report.Rows, 1)
 	assert.EqualValues(t, unpriced, report.Rows[0]["unpriced_requests"])
 	assert.Positive(t, report.Rows[0]["cost_usd"])
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// adminGet GETs url with the admin token and the headers hdr.
+func adminGet(t *testing.T, url, token string, hdr http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header = hdr
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	return resp.StatusCode, readAllString(t, resp)
+}
 
 // metricValue reads one series of a counter or gauge from reg (0 when it
 // is not there).
