@@ -1,11 +1,15 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,6 +48,41 @@ type replicaOptions struct {
 	// shorter one lapsed mid-test, and another replica took over threads
 	// the test had placed.
 	heartbeat time.Duration
+	// onRequest, if set, sees each request reaching the replica before it
+	// does (it may read the body if it puts an equal one back).
+	onRequest func(*http.Request)
+	// logs, if set, records what the replica logs, besides the test's log.
+	logs *logLines
+}
+
+// logLines records log lines (slog's text form), one per record.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string // guarded by mu
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// containing returns the lines that contain every one of subs.
+func (l *logLines) containing(subs ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+next:
+	for _, line := range l.lines {
+		for _, sub := range subs {
+			if !strings.Contains(line, sub) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 // startReplicaWith is startReplica as o varies it.
@@ -61,9 +100,16 @@ func startReplicaWith(t *testing.T, dbURL, name string, o replicaOptions) *repli
 		if elsewhere {
 			r.RemoteAddr = "192.0.2.7:40000"
 		}
+		if o.onRequest != nil {
+			o.onRequest(r)
+		}
 		rl.ServeHTTP(w, r)
 	}))
-	rl = relay.New(relay.Config{Store: st, Logger: testLogger(t).With("replica", name),
+	logger := testLogger(t)
+	if o.logs != nil {
+		logger = slog.New(slog.NewMultiHandler(logger.Handler(), slog.NewTextHandler(o.logs, nil)))
+	}
+	rl = relay.New(relay.Config{Store: st, Logger: logger.With("replica", name),
 		Replica: relay.ReplicaConfig{Name: name, Heartbeat: o.heartbeat, Address: srv.URL, HopKey: []byte("test hop key, shared by replicas")}})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -284,6 +330,107 @@ func TestForwardedKeylessRequestIsAdmitted(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a keyless client from another host is refused")
 	resp, _ = viaB.post(sessionS, rootT, responseRequest("forged"), http.Header{relay.HeaderHop: {"rep_x.1.00"}})
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "so is one with a forged hop")
+}
+
+// capturedRequest is a request as it reached a replica.
+type capturedRequest struct {
+	method, uri string
+	header      http.Header
+	body        []byte
+}
+
+// send sends c again, to r, with the headers in changed in place of its own.
+func (c *capturedRequest) send(t *testing.T, r *replica, changed http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(c.method, r.srv.URL+c.uri, bytes.NewReader(c.body))
+	require.NoError(t, err)
+	req.Header = c.header.Clone()
+	for k, vs := range changed {
+		req.Header[k] = vs
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// The probe of issue 36.7: a genuine hop, captured on its way from one
+// replica to the other and sent again, gets none of the trust a hop gets.
+// Sent to the replica that forwarded it, with another User-Agent and
+// originator, or as it was, it is an ordinary request there: forwarded to
+// the thread's holder, not served where it landed as a forwarded request is
+// (before, it was). Sent again as it was to the replica it was addressed to, it is
+// refused as a replay: a keyless request from another host, 401 (before,
+// served). Each refusal is logged once, without the hop's header.
+func TestReplayedHopIsNotTrusted(t *testing.T) {
+	dbURL, upstream, setup := replicaDatabase(t)
+	aLogs, bLogs := &logLines{}, &logLines{}
+	a := startReplicaWith(t, dbURL, "replica-a", replicaOptions{logs: aLogs})
+	var (
+		mu       sync.Mutex
+		captured *capturedRequest // the first hop b received
+	)
+	capture := func(r *http.Request) {
+		if r.Header.Get(relay.HeaderHop) == "" {
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			panic(err)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		mu.Lock()
+		defer mu.Unlock()
+		if captured == nil {
+			captured = &capturedRequest{method: r.Method, uri: r.URL.RequestURI(), header: r.Header.Clone(), body: body}
+		}
+	}
+	b := startReplicaWith(t, dbURL, "replica-b", replicaOptions{elsewhere: true, logs: bLogs, onRequest: capture})
+	require.Eventually(t, func() bool { return replicasSee(t, setup) == 2 }, time.Minute, 20*time.Millisecond, "both registered")
+	ident, err := relay.ParseIdentity(http.Header{"Session-Id": {sessionS}, "Thread-Id": {rootT}})
+	require.NoError(t, err)
+	lease, err := setup.LeaseLane(context.Background(), string(ident.Key), "", b.relay.ReplicaID(), time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, b.relay.ReplicaID(), lease.ReplicaID, "replica b holds the thread")
+
+	viaA := &harness{t: t, sim: upstream, store: setup, relay: a.relay, srv: a.srv}
+	resp, body := viaA.post(sessionS, rootT, responseRequest("forwarded to b"),
+		http.Header{"User-Agent": {"codex_cli_rs/0.130.0"}, "Originator": {"codex_cli_rs"}})
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Equal(t, 1, b.relay.Bridge().Len(), "served on replica b")
+	mu.Lock()
+	hop := captured
+	mu.Unlock()
+	require.NotNil(t, hop, "b received a hop")
+	header := hop.header.Get(relay.HeaderHop)
+	require.NotEmpty(t, header)
+
+	code, body := hop.send(t, b, nil)
+	assert.Equal(t, http.StatusUnauthorized, code, "the hop replayed to b as it was is refused as a replay: %s", body)
+	assert.Len(t, bLogs.containing("replica hop refused", "replayed"), 1, "logged once: %q", bLogs.containing("hop"))
+
+	forwardsToB := b.served.Load()
+	code, body = hop.send(t, a, http.Header{"User-Agent": {"curl/8.0"}, "Originator": {"someone_else"}})
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Zero(t, a.relay.Bridge().Len(), "a did not serve it as a request forwarded to it")
+	assert.Equal(t, forwardsToB+1, b.served.Load(), "a forwarded it to the thread's holder")
+	assert.Len(t, aLogs.containing("replica hop refused", "signature does not match"), 1, "logged once: %q", aLogs.containing("hop"))
+	// Its headers as they were, the hop is still not a's to accept.
+	code, body = hop.send(t, a, nil)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Zero(t, a.relay.Bridge().Len(), "a did not serve it as a request forwarded to it")
+	assert.Equal(t, forwardsToB+2, b.served.Load(), "a forwarded it to the thread's holder")
+	assert.Len(t, aLogs.containing("replica hop refused", "addressed to another replica"), 1, "logged once: %q", aLogs.containing("hop"))
+	assert.Len(t, aLogs.containing("replica hop refused"), 2)
+	assert.Len(t, bLogs.containing("replica hop refused"), 1, "the hops a signed afresh verified on b")
+
+	for _, logs := range []*logLines{aLogs, bLogs} {
+		assert.Empty(t, logs.containing(header[strings.LastIndexByte(header, '.')+1:]), "no log line holds the hop's signature")
+	}
 }
 
 // A keyed request a replica forwards to the lane's holder counts once in

@@ -2,17 +2,21 @@ package relay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,11 +32,17 @@ import (
 // or when the holder cannot be reached, it is served here.
 
 // HeaderHop carries a forwarded request's signature:
-// "<replica id>.<unix seconds>.<hex HMAC-SHA256>".
+// "<from>.<to>.<unix seconds>.<nonce>.<hex HMAC-SHA256>": the replica that
+// forwarded the request, the replica it was sent to, when, and a random
+// nonce, all under an HMAC that also covers the request as the receiver
+// decides on it (see hopRequest). Replica ids hold no dots.
 const HeaderHop = "X-Codex-Relay-Hop"
 
-// hopSkew bounds how far a hop's time may be from the receiver's clock.
-const hopSkew = time.Minute
+// hopSkew bounds how far a hop's time may be from the receiver's clock. A
+// hop is signed as it is sent, so this is the replicas' clock difference
+// plus the transit, with room to spare; it is also how long the receiver
+// remembers the hop's nonce (see hopNonces).
+const hopSkew = 30 * time.Second
 
 // leaseRenewal is how often a replica rewrites a lease it holds.
 const leaseRenewal = time.Minute
@@ -41,48 +51,214 @@ const leaseRenewal = time.Minute
 // idle minutes; a thread quiet for longer is placed afresh).
 const leaseTTL = 15 * time.Minute
 
-// signHop signs a forwarded request from replica from at time at.
-func signHop(key []byte, from string, at time.Time, method, path string, body []byte) string {
-	ts := strconv.FormatInt(at.Unix(), 10)
-	return from + "." + ts + "." + hex.EncodeToString(hopMAC(key, from, ts, method, path, body))
+// hopNonceLen is the length of a hop's nonce: 16 random bytes in hex.
+const hopNonceLen = 32
+
+// hopBoundHeaders are the headers a hop's signature covers: those the
+// receiver decides on (the client key; the thread's identity, all its
+// session header aliases; its turn state and metadata, its parent and
+// sub-agent; who the client says it is), and the identity headers it
+// passes upstream. User-Agent is covered as its first value: net/http
+// sends no other. Other headers are not covered: the receiver decides
+// nothing on them, and a proxy or mesh between replicas may add its own
+// (tracing, forwarding) without breaking the hop.
+var hopBoundHeaders = func() []string {
+	names := []string{"Authorization", ThreadHeader, wire.HeaderTurnState, wire.HeaderTurnMetadata, wire.HeaderParentThreadID,
+		wire.HeaderSubagent, wire.HeaderWindowID, wire.HeaderClientRequestID, wire.HeaderOriginator, wire.HeaderOpenAIBeta, "User-Agent"}
+	names = append(names, SessionHeaders...)
+	for i, n := range names {
+		names[i] = http.CanonicalHeaderKey(n)
+	}
+	return names
+}()
+
+// hopRequest is what a hop's signature covers of its request.
+type hopRequest struct {
+	method, path, query string
+	header              http.Header // hopBoundHeaders of it
+	body                []byte
 }
 
-func hopMAC(key []byte, from, ts, method, path string, body []byte) []byte {
-	sum := sha256.Sum256(body)
+// hopRequestOf is r as its hop covers it, with body (as read, decoded).
+func hopRequestOf(r *http.Request, body []byte) hopRequest {
+	return hopRequest{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, header: r.Header, body: body}
+}
+
+// hop is what a hop header says, once its signature verified.
+type hop struct {
+	from, to string
+	at       time.Time
+	nonce    string
+}
+
+// hopRefusal says why a hop header was refused.
+type hopRefusal string
+
+const (
+	hopMalformed   hopRefusal = "malformed"
+	hopBadMAC      hopRefusal = "its signature does not match the request"
+	hopStale       hopRefusal = "its time is outside the window"
+	hopMisdirected hopRefusal = "addressed to another replica"
+	hopReplayed    hopRefusal = "replayed: its nonce was used already"
+	hopNoRoom      hopRefusal = "too many hops within the window to remember"
+)
+
+func (r hopRefusal) Error() string { return string(r) }
+
+// newHopNonce draws a hop's nonce.
+func newHopNonce() string {
+	var b [hopNonceLen / 2]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// signHop signs req, forwarded from replica from to replica to at time at,
+// under nonce.
+func signHop(key []byte, from, to string, at time.Time, nonce string, req hopRequest) string {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	return from + "." + to + "." + ts + "." + nonce + "." + hex.EncodeToString(hopMAC(key, from, to, ts, nonce, req))
+}
+
+// hopMAC is the HMAC of a hop's fields (as its header writes them) and of
+// its request, each length-prefixed so no field can run into the next.
+func hopMAC(key []byte, from, to, ts, nonce string, req hopRequest) []byte {
+	var stack [1024]byte
+	buf := stack[:0]
+	field := func(v string) {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(v)))
+		buf = append(buf, v...)
+	}
+	field("codex-relay hop v2")
+	for _, v := range []string{from, to, ts, nonce, req.method, req.path, req.query} {
+		field(v)
+	}
+	for _, name := range hopBoundHeaders {
+		vs := req.header[name]
+		if name == "User-Agent" {
+			vs = []string{req.header.Get(name)}
+		}
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(vs)))
+		for _, v := range vs {
+			field(v)
+		}
+	}
+	buf = binary.BigEndian.AppendUint64(buf, uint64(len(req.body)))
 	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%s\n%s\n%s\n%s\n%x", from, ts, method, path, sum)
+	m.Write(buf)
+	m.Write(req.body)
 	return m.Sum(nil)
 }
 
-// verifyHop checks a hop header and returns the replica that forwarded
-// the request. It is pure.
-func verifyHop(key []byte, header, method, path string, body []byte, now time.Time) (from string, ok bool) {
+// verifyHop checks a hop header against req, as received by replica self
+// at now. It refuses (hopRefusal) a malformed header, one whose signature
+// does not cover exactly req under key, one signed more than hopSkew from
+// now, and one addressed to another replica; the hop it returns is set
+// once the signature verified. Whether the hop was used already is
+// hopNonces' to say. It is pure.
+func verifyHop(key []byte, header, self string, req hopRequest, now time.Time) (hop, error) {
 	if len(key) == 0 || header == "" {
-		return "", false
+		return hop{}, hopMalformed
 	}
 	parts := strings.Split(header, ".")
-	if len(parts) != 3 || parts[0] == "" {
-		return "", false
+	if len(parts) != 5 || parts[0] == "" || parts[1] == "" || len(parts[3]) != hopNonceLen {
+		return hop{}, hopMalformed
 	}
-	secs, err := strconv.ParseInt(parts[1], 10, 64)
+	secs, err := strconv.ParseInt(parts[2], 10, 64)
 	if err != nil {
-		return "", false
+		return hop{}, hopMalformed
 	}
-	if d := now.Sub(time.Unix(secs, 0)); d > hopSkew || d < -hopSkew {
-		return "", false
+	got, err := hex.DecodeString(parts[4])
+	if err != nil || !hmac.Equal(got, hopMAC(key, parts[0], parts[1], parts[2], parts[3], req)) {
+		return hop{}, hopBadMAC
 	}
-	got, err := hex.DecodeString(parts[2])
-	if err != nil || !hmac.Equal(got, hopMAC(key, parts[0], parts[1], method, path, body)) {
-		return "", false
+	h := hop{from: parts[0], to: parts[1], at: time.Unix(secs, 0), nonce: parts[3]}
+	if d := now.Sub(h.at); d > hopSkew || d < -hopSkew {
+		return h, hopStale
 	}
-	return parts[0], true
+	if h.to != self {
+		return h, hopMisdirected
+	}
+	return h, nil
+}
+
+// hopNonces remembers the nonces of the hops a replica accepted, each until
+// its hop's time is more than hopSkew past (verifyHop refuses it on its time
+// from then on), so each hop is accepted once. Safe for concurrent use; the
+// zero value is empty.
+//
+// Why memory of this replica's own suffices, rather than a table every
+// replica checks: a hop names the replica it was sent to, under its
+// signature, and a replica accepts only the hops addressed to itself
+// (verifyHop), so only one process ever accepts a given hop: the one it was
+// sent to. Replica ids are drawn at random per process (ReplicaConfig.ID),
+// so a restarted replica, its memory empty, has another id, and a hop sent
+// to its predecessor is misdirected there. That one process refuses the
+// hop again while it remembers its nonce, and after that on its time. A
+// captured hop replayed is thus refused wherever it goes: elsewhere as
+// misdirected, at its destination as replayed or stale; and, its signature
+// covering the request, it cannot be bent into another one. The hot path
+// needs no database round trip. (Left open: the receiver's clock stepped
+// back by more than the time since a nonce was forgotten.)
+type hopNonces struct {
+	mu    sync.Mutex
+	seen  map[string]time.Time // nonce -> when it may be forgotten; guarded by mu
+	swept time.Time            // guarded by mu
+	bound int                  // static; 0: maxHopNonces
+}
+
+// maxHopNonces bounds the nonces a replica remembers: some 4,000 forwarded
+// requests a second reaching it for hopSkew. Past that a hop is refused
+// (served as a request without one) until the oldest expire.
+const maxHopNonces = 1 << 17
+
+// accept records nonce, valid until until, and reports whether it was new
+// (hopReplayed if not; hopNoRoom when the memory is full).
+func (n *hopNonces) accept(nonce string, until, now time.Time) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.seen == nil {
+		n.seen = map[string]time.Time{}
+	}
+	bound := cmp.Or(n.bound, maxHopNonces)
+	// Expired nonces go every hopSkew, or sooner (at most once a second)
+	// when the memory is full.
+	if since := now.Sub(n.swept); since >= hopSkew || since < 0 || len(n.seen) >= bound && since >= time.Second {
+		maps.DeleteFunc(n.seen, func(_ string, until time.Time) bool { return now.After(until) })
+		n.swept = now
+	}
+	if _, used := n.seen[nonce]; used {
+		return hopReplayed
+	}
+	if len(n.seen) >= bound {
+		return hopNoRoom
+	}
+	n.seen[nonce] = until
+	return nil
 }
 
 // hopSender is the replica that forwarded r here, when its hop header
-// verifies against body; "" otherwise.
+// verifies against body and was not used before; "" otherwise. A hop
+// refused is logged, once (it is checked once per request), and the
+// request is served as one that came without it.
 func (s *Server) hopSender(r *http.Request, body []byte) string {
-	from, _ := verifyHop(s.cfg.Replica.HopKey, r.Header.Get(HeaderHop), r.Method, r.URL.Path, body, s.cfg.Now())
-	return from
+	header := r.Header.Get(HeaderHop)
+	if header == "" || len(s.cfg.Replica.HopKey) == 0 {
+		return ""
+	}
+	now := s.cfg.Now()
+	h, err := verifyHop(s.cfg.Replica.HopKey, header, s.cfg.Replica.ID, hopRequestOf(r, body), now)
+	if err == nil {
+		err = s.hopNonces.accept(h.nonce, h.at.Add(hopSkew), now)
+	}
+	if err == nil {
+		return h.from
+	}
+	attrs := []any{"reason", err.Error(), "path", r.URL.Path, "remote", r.RemoteAddr}
+	if h.from != "" { // the signature verified: what it says is true
+		attrs = append(attrs, "from", h.from, "to", h.to, "age", now.Sub(h.at).Round(time.Second).String())
+	}
+	s.log.Warn("replica hop refused; served as a request without one", attrs...)
+	return ""
 }
 
 func leaseKey(r *request) string { return leaseKeyOf(r.client.scope(), string(r.ident.Key)) }
@@ -239,7 +415,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, req *request) b
 			pr.Out.ContentLength = int64(len(body))
 			pr.Out.Header.Del("Content-Encoding")
 			pr.Out.Header.Del("Content-Length")
-			pr.Out.Header.Set(HeaderHop, signHop(rc.HopKey, rc.ID, now, r.Method, r.URL.Path, body))
+			// Signed last, for the replica that holds the lease: exactly what
+			// it receives (the query as the proxy cleaned it).
+			pr.Out.Header.Set(HeaderHop, signHop(rc.HopKey, rc.ID, lease.ReplicaID, s.cfg.Now(), newHopNonce(),
+				hopRequest{method: r.Method, path: r.URL.Path, query: pr.Out.URL.RawQuery, header: pr.Out.Header, body: body}))
 		},
 		Transport:     s.hop,
 		FlushInterval: -1, // events reach the client as they come

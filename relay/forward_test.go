@@ -5,6 +5,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,38 +18,137 @@ import (
 	"github.com/codexrelay/codex-relay/internal/store/storetest"
 )
 
+// A hop verifies for exactly the request it signed, sent by its replica to
+// its replica within hopSkew, under the key: changing any one part the
+// signature covers (issue 36.7: the method, the path, the query, the body,
+// each bound header, the replicas, the time, the nonce) fails, and so does a
+// hop addressed to another replica or too old.
 func TestHopSignature(t *testing.T) {
 	t.Parallel()
 	key := []byte("shared hop key")
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	body := []byte(`{"input":[]}`)
-	good := signHop(key, "rep_a", at, "POST", "/v1/responses", body)
-	for _, tc := range []struct {
-		name         string
-		key          []byte
-		header, path string
-		body         []byte
-		now          time.Time
-		ok           bool
-	}{
-		{"valid", key, good, "/v1/responses", body, at.Add(5 * time.Second), true},
-		{"clock a little behind", key, good, "/v1/responses", body, at.Add(-30 * time.Second), true},
-		{"too old: a replayed hop", key, good, "/v1/responses", body, at.Add(2 * time.Minute), false},
-		{"another key", []byte("other"), good, "/v1/responses", body, at, false},
-		{"no key here", nil, good, "/v1/responses", body, at, false},
-		{"body changed", key, good, "/v1/responses", []byte(`{"input":[1]}`), at, false},
-		{"path changed", key, good, "/backend-api/codex/responses", body, at, false},
-		{"replica changed", key, "rep_b" + good[len("rep_a"):], "/v1/responses", body, at, false},
-		{"missing", key, "", "/v1/responses", body, at, false},
-		{"garbage", key, "a.b.c", "/v1/responses", body, at, false},
-		{"too few parts", key, "rep_a.123", "/v1/responses", body, at, false},
-	} {
-		from, ok := verifyHop(tc.key, tc.header, "POST", tc.path, tc.body, tc.now)
-		assert.Equal(t, tc.ok, ok, tc.name)
-		if ok {
-			assert.Equal(t, "rep_a", from, tc.name)
+	nonce := strings.Repeat("ab", hopNonceLen/2)
+	// The headers the receiver decides on (and the identity headers it sends
+	// upstream), each of which the hop must cover, and two it need not.
+	bound := http.Header{"Authorization": {"Bearer crk_secret"}, "Session-Id": {"s-1"}, "Thread-Id": {"t-1"},
+		"X-Codex-Turn-State": {"ts-1"}, "X-Codex-Turn-Metadata": {`{"turn":1}`}, "X-Codex-Parent-Thread-Id": {"p-1"},
+		"X-Openai-Subagent": {"review"}, "X-Codex-Window-Id": {"w-1"}, "X-Client-Request-Id": {"c-1"},
+		"Originator": {"codex_cli_rs"}, "Openai-Beta": {"b-1"}, "User-Agent": {"codex_cli_rs/0.130.0"},
+		"Session_id": {"s-2"}, "X-Codex-Session-Id": {"s-3"}, "X-Codex-Conversation-Id": {"s-4"}}
+	header := bound.Clone()
+	header.Set("Accept", "text/event-stream")
+	header.Set("X-Forwarded-For", "10.0.0.1")
+	req := hopRequest{method: "POST", path: "/v1/responses", query: "a=1", header: header, body: []byte(`{"input":[]}`)}
+	good := signHop(key, "rep_a", "rep_b", at, nonce, req)
+	h, err := verifyHop(key, good, "rep_b", req, at.Add(5*time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, hop{from: "rep_a", to: "rep_b", at: at, nonce: nonce}, hop{from: h.from, to: h.to, at: h.at.UTC(), nonce: h.nonce})
+
+	with := func(change func(*hopRequest)) hopRequest {
+		c := req
+		c.header = req.header.Clone()
+		change(&c)
+		return c
+	}
+	type variant struct {
+		name   string
+		key    []byte
+		header string
+		self   string
+		req    hopRequest
+		now    time.Time
+		want   error
+	}
+	variants := []variant{
+		{"clock a little behind", key, good, "rep_b", req, at.Add(-hopSkew), nil},
+		{"at the window's end", key, good, "rep_b", req, at.Add(hopSkew), nil},
+		{"too old", key, good, "rep_b", req, at.Add(hopSkew + time.Second), hopStale},
+		{"from the future", key, good, "rep_b", req, at.Add(-hopSkew - time.Second), hopStale},
+		{"received by another replica", key, good, "rep_c", req, at, hopMisdirected},
+		{"received by its sender", key, good, "rep_a", req, at, hopMisdirected},
+		{"another key", []byte("other"), good, "rep_b", req, at, hopBadMAC},
+		{"no key here", nil, good, "rep_b", req, at, hopMalformed},
+		{"method changed", key, good, "rep_b", with(func(r *hopRequest) { r.method = "PUT" }), at, hopBadMAC},
+		{"path changed", key, good, "rep_b", with(func(r *hopRequest) { r.path = "/backend-api/codex/responses" }), at, hopBadMAC},
+		{"query changed", key, good, "rep_b", with(func(r *hopRequest) { r.query = "a=2" }), at, hopBadMAC},
+		{"query gone", key, good, "rep_b", with(func(r *hopRequest) { r.query = "" }), at, hopBadMAC},
+		{"body changed", key, good, "rep_b", with(func(r *hopRequest) { r.body = []byte(`{"input":[1]}`) }), at, hopBadMAC},
+		{"body longer", key, good, "rep_b", with(func(r *hopRequest) { r.body = append(r.body, ' ') }), at, hopBadMAC},
+		{"a second User-Agent (not sent)", key, good, "rep_b", with(func(r *hopRequest) { r.header.Add("User-Agent", "x") }), at, nil},
+		{"an unbound header added", key, good, "rep_b", with(func(r *hopRequest) { r.header.Set("X-Trace", "1") }), at, nil},
+	}
+	for name := range header {
+		if _, ok := bound[name]; !ok {
+			variants = append(variants, variant{name + " (not bound) changed", key, good, "rep_b",
+				with(func(r *hopRequest) { r.header.Set(name, "changed") }), at, nil})
+			continue
+		}
+		variants = append(variants,
+			variant{name + " changed", key, good, "rep_b", with(func(r *hopRequest) { r.header.Set(name, header.Get(name)+"x") }), at, hopBadMAC},
+			variant{name + " gone", key, good, "rep_b", with(func(r *hopRequest) { r.header.Del(name) }), at, hopBadMAC},
+			variant{name + " empty", key, good, "rep_b", with(func(r *hopRequest) { r.header.Set(name, "") }), at, hopBadMAC})
+		if name != "User-Agent" {
+			variants = append(variants, variant{name + " given twice", key, good, "rep_b",
+				with(func(r *hopRequest) { r.header.Add(name, header.Get(name)) }), at, hopBadMAC})
 		}
 	}
+	for _, name := range hopBoundHeaders {
+		if _, set := bound[name]; !set {
+			t.Errorf("the hop covers %s, which this test does not check", name)
+		}
+	}
+	parts := strings.Split(good, ".")
+	require.Len(t, parts, 5)
+	field := func(i int, v string) string {
+		p := slices.Clone(parts)
+		p[i] = v
+		return strings.Join(p, ".")
+	}
+	variants = append(variants,
+		variant{"sender changed", key, field(0, "rep_x"), "rep_b", req, at, hopBadMAC},
+		variant{"destination changed to the receiver", key, field(1, "rep_c"), "rep_c", req, at, hopBadMAC},
+		variant{"time changed", key, field(2, strconv.FormatInt(at.Unix()+1, 10)), "rep_b", req, at, hopBadMAC},
+		variant{"time written otherwise", key, field(2, "+"+parts[2]), "rep_b", req, at, hopBadMAC},
+		variant{"nonce changed", key, field(3, strings.Repeat("cd", hopNonceLen/2)), "rep_b", req, at, hopBadMAC},
+		variant{"nonce shorter", key, field(3, parts[3][2:]), "rep_b", req, at, hopMalformed},
+		variant{"signature changed", key, field(4, strings.Repeat("0", len(parts[4]))), "rep_b", req, at, hopBadMAC},
+		variant{"the former format", key, "rep_a." + parts[2] + "." + parts[4], "rep_b", req, at, hopMalformed},
+		variant{"missing", key, "", "rep_b", req, at, hopMalformed},
+		variant{"garbage", key, "a.b.c.d.e", "rep_b", req, at, hopMalformed},
+		variant{"a field more", key, good + ".x", "rep_b", req, at, hopMalformed},
+	)
+	for _, v := range variants {
+		_, err := verifyHop(v.key, v.header, v.self, v.req, v.now)
+		if v.want == nil {
+			assert.NoError(t, err, v.name)
+		} else {
+			assert.Equal(t, v.want, err, v.name)
+		}
+	}
+}
+
+// A replica accepts a hop's nonce once while the hop is within its window,
+// forgets it after, and remembers no more than its bound, refusing hops
+// while it is full of nonces still valid.
+func TestHopNonces(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	n := &hopNonces{bound: 3}
+	until := at.Add(hopSkew)
+	require.NoError(t, n.accept("n1", until, at))
+	assert.Equal(t, hopReplayed, n.accept("n1", until, at.Add(time.Second)), "once")
+	assert.Equal(t, hopReplayed, n.accept("n1", until, until), "until the hop's window ends")
+	require.NoError(t, n.accept("n2", until, at))
+	require.NoError(t, n.accept("n3", until.Add(time.Second), at))
+	assert.Equal(t, hopNoRoom, n.accept("n4", until, at.Add(time.Second)), "full")
+	assert.Equal(t, hopReplayed, n.accept("n2", until, at.Add(time.Second)), "a replay is still one when full")
+
+	// Past n1's and n2's window, they are forgotten, and there is room.
+	later := until.Add(time.Millisecond)
+	require.NoError(t, n.accept("n4", later.Add(hopSkew), later))
+	require.NoError(t, n.accept("n5", later.Add(hopSkew), later))
+	assert.Equal(t, hopReplayed, n.accept("n3", until.Add(time.Second), later), "n3's window has not ended")
+	assert.Len(t, n.seen, 3)
 }
 
 // A lease this replica holds was taken over from another when its epoch is

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -403,93 +404,135 @@ func gzipped(t *testing.T, b []byte) []byte {
 }
 
 // FuzzHop signs fuzzed requests and checks that the hop header verifies
-// for exactly that request, from that replica, under that key, within
-// hopSkew of the signing second, and not when one byte of the method, the
-// path or the body differs, under another key, outside the skew, or with
-// its replica or time changed; and that fuzzed header strings never verify.
+// for exactly that request (its method, path, query, body, and the bound
+// headers: User-Agent, originator, thread-id here), from that replica, to
+// that replica, under that key, within hopSkew of the signing second, and
+// not when one byte of any of these differs, under another key, outside
+// the skew, at another replica, or with its sender, destination, time or
+// nonce changed; and that fuzzed header strings never verify.
 func FuzzHop(f *testing.F) {
 	key := []byte("hop key derived from the secret key")
 	at := time.Date(2026, 11, 30, 12, 0, 0, 500_000_000, time.UTC)
 	body := []byte(`{"model":"gpt-5.5-codex","input":[]}`)
+	nonce := strings.Repeat("0f", hopNonceLen/2)
 	for _, tc := range []struct {
-		key          []byte
-		from         string
-		method, path string
-		body         []byte
-		unix, nanos  int64
-		offset       int64
-		pick         uint16
-		header       string
+		key                    []byte
+		from, to, nonce        string
+		method, path, query    string
+		ua, originator, thread string
+		body                   []byte
+		unix, nanos            int64
+		offset                 int64
+		pick                   uint16
+		header                 string
 	}{
-		{key, "rep_0123456789abcdef", "POST", "/v1/responses", body, at.Unix(), 500_000_000, 59_999_999_999, 3, "rep_a.1796040000.00"},
-		{key, "rep_a", "GET", "/backend-api/codex/responses", nil, 0, 0, -60_000_000_000, 40, ""},
-		{key, "rep_a", "POST", "/backend-api/codex/thread/goal/set", []byte(`{"threadId":"t"}`), -1, 999_999_999, 1, 7, "a.b.c"},
-		{[]byte{0}, "r", "P", "/", []byte{0}, 1 << 40, 1, 0, 0, "r.1099511627776." + strings.Repeat("0", 64)},
-		{nil, "rep_a", "POST", "/v1/responses", body, at.Unix(), 0, 0, 1, "rep_a..."},
-		{key, "rep.a", "POST", "/v1/responses", body, at.Unix(), 0, 0, 2, "rep.a.1.2.3"},
-		{key, "", "POST", "/v1/responses\n", body, at.Unix(), 0, 0, 2, ".1796040000.ff"},
+		{key, "rep_0123456789abcdef", "rep_fedcba9876543210", nonce, "POST", "/v1/responses", "", "codex_cli_rs/0.130.0", "codex_cli_rs", "t-1",
+			body, at.Unix(), 500_000_000, 29_999_999_999, 3, "rep_a.1796040000.00"},
+		{key, "rep_a", "rep_b", nonce, "GET", "/backend-api/codex/responses", "a=1&b", "", "", "", nil, 0, 0, -30_000_000_000, 40, ""},
+		{key, "rep_a", "rep_b", nonce, "POST", "/backend-api/codex/thread/goal/set", "x", "curl/8", "o", "t", []byte(`{"threadId":"t"}`),
+			-1, 999_999_999, 1, 7, "a.b.1." + nonce + ".ff"},
+		{[]byte{0}, "r", "s", nonce, "P", "/", "", "\x00", "\xff", "", []byte{0}, 1 << 40, 1, 0, 0, "r.s.1099511627776." + nonce + "." + strings.Repeat("0", 64)},
+		{nil, "rep_a", "rep_b", nonce, "POST", "/v1/responses", "", "", "", "", body, at.Unix(), 0, 0, 1, "rep_a....."},
+		{key, "rep.a", "rep_b", nonce, "POST", "/v1/responses", "", "", "", "", body, at.Unix(), 0, 0, 2, "rep.a.b.1.2.3"},
+		{key, "rep_a", "", "short", "POST", "/v1/responses\n", "", "", "", "", body, at.Unix(), 0, 0, 2, ".rep_b.1796040000." + nonce + ".ff"},
 	} {
-		f.Add(tc.key, tc.from, tc.method, tc.path, tc.body, tc.unix, tc.nanos, tc.offset, tc.pick, tc.header)
+		f.Add(tc.key, tc.from, tc.to, tc.nonce, tc.method, tc.path, tc.query, tc.ua, tc.originator, tc.thread, tc.body,
+			tc.unix, tc.nanos, tc.offset, tc.pick, tc.header)
 	}
-	f.Fuzz(func(t *testing.T, key []byte, from, method, path string, body []byte, unix, nanos, offset int64, pick uint16, header string) {
+	f.Fuzz(func(t *testing.T, key []byte, from, to, nonce, method, path, query, ua, originator, thread string, body []byte,
+		unix, nanos, offset int64, pick uint16, header string) {
 		unix %= 1 << 40 // some 35000 years either side of 1970: time.Time's arithmetic stays exact
 		at := time.Unix(unix, nanos%int64(time.Second))
 		second := time.Unix(at.Unix(), 0) // the hop carries whole seconds
 		within := time.Duration(offset % int64(hopSkew+1))
-		signed := signHop(key, from, at, method, path, body)
-		verify := func(key []byte, header, method, path string, body []byte, now time.Time) bool {
-			got, ok := verifyHop(key, header, method, path, body, now)
-			if ok && got != from {
-				t.Fatalf("verified as from %q, signed by %q", got, from)
+		request := func(method, path, query, ua, originator, thread string, body []byte) hopRequest {
+			return hopRequest{method: method, path: path, query: query, body: body,
+				header: http.Header{"User-Agent": {ua}, "Originator": {originator}, "Thread-Id": {thread}, "X-Unbound": {ua}}}
+		}
+		req := request(method, path, query, ua, originator, thread, body)
+		signed := signHop(key, from, to, at, nonce, req)
+		verify := func(key []byte, header, self string, req hopRequest, now time.Time) error {
+			got, err := verifyHop(key, header, self, req, now)
+			if err == nil && (got.from != from || got.to != to || !got.at.Equal(second) || got.nonce != nonce) {
+				t.Fatalf("verified as %+v, signed by %q to %q at %v with nonce %q", got, from, to, second, nonce)
 			}
-			return ok
+			return err
 		}
 
-		// A replica id is one field of the header: one with a dot cannot
-		// sign, and neither can an empty id or key.
-		canSign := len(key) > 0 && from != "" && !strings.Contains(from, ".")
-		require.Equal(t, canSign, verify(key, signed, method, path, body, second.Add(within)),
-			"signed %q by %q, checked %v after", signed, from, within)
+		// A replica id and the nonce are fields of the header: one with a
+		// dot cannot sign, and neither can an empty id or key, nor a nonce
+		// of another length.
+		canSign := len(key) > 0 && from != "" && to != "" && !strings.Contains(from+to+nonce, ".") && len(nonce) == hopNonceLen
+		now := second.Add(within)
+		err := verify(key, signed, to, req, now)
+		require.Equal(t, canSign, err == nil, "signed %q by %q to %q, checked %v after: %v", signed, from, to, within, err)
 		if !canSign {
 			return
 		}
 		for _, now := range []time.Time{second.Add(hopSkew), second.Add(-hopSkew)} {
-			assert.True(t, verify(key, signed, method, path, body, now), "at the edge of the skew")
+			assert.NoError(t, verify(key, signed, to, req, now), "at the edge of the skew")
 		}
 		for _, now := range []time.Time{second.Add(hopSkew + 1), second.Add(-hopSkew - 1), second.Add(hopSkew + 1 + time.Duration(offset&(1<<50-1)))} {
-			assert.False(t, verify(key, signed, method, path, body, now), "%v from the signing second", now.Sub(second))
+			assert.Equal(t, hopStale, verify(key, signed, to, req, now), "%v from the signing second", now.Sub(second))
 		}
-		now := second.Add(within)
+		assert.Equal(t, hopMisdirected, verify(key, signed, to+"x", req, now), "at another replica")
+		assert.Equal(t, hopMisdirected, verify(key, signed, from+"x", req, now), "at yet another")
 		// (HMAC pads a short key with zeros: a key and the same with zeros
 		// after it are one key, so the longer key ends in another byte.)
 		for name, changed := range map[string][]byte{"key": changeByte(key, pick), "longer key": append(bytes.Clone(key), 'k')} {
-			assert.False(t, verify(changed, signed, method, path, body, now), "another %s", name)
+			assert.Equal(t, hopBadMAC, verify(changed, signed, to, req, now), "another %s", name)
 		}
-		assert.False(t, verify(key, signed, string(changeByte([]byte(method), pick)), path, body, now), "another method")
-		assert.False(t, verify(key, signed, method, string(changeByte([]byte(path), pick)), body, now), "another path")
-		assert.False(t, verify(key, signed, method, path, changeByte(body, pick), now), "another body")
-		assert.False(t, verify(key, signed, method, path, append(bytes.Clone(body), 0), now), "a longer body")
+		other := func(v string) string { return string(changeByte([]byte(v), pick)) }
+		for name, changed := range map[string]hopRequest{
+			"method":       request(other(method), path, query, ua, originator, thread, body),
+			"path":         request(method, other(path), query, ua, originator, thread, body),
+			"query":        request(method, path, other(query), ua, originator, thread, body),
+			"User-Agent":   request(method, path, query, other(ua), originator, thread, body),
+			"originator":   request(method, path, query, ua, other(originator), thread, body),
+			"thread-id":    request(method, path, query, ua, originator, other(thread), body),
+			"body":         request(method, path, query, ua, originator, thread, changeByte(body, pick)),
+			"longer body":  request(method, path, query, ua, originator, thread, append(bytes.Clone(body), 0)),
+			"path + query": request(method, path+"?"+query, "", ua, originator, thread, body),
+		} {
+			assert.Equal(t, hopBadMAC, verify(key, signed, to, changed, now), "another %s", name)
+		}
 		if len(body) > 0 {
-			assert.False(t, verify(key, signed, method, path, body[:len(body)-1], now), "a shorter body")
+			assert.Equal(t, hopBadMAC, verify(key, signed, to, request(method, path, query, ua, originator, thread, body[:len(body)-1]), now), "a shorter body")
 		}
+		unbound := request(method, path, query, ua, originator, thread, body)
+		unbound.header.Set("X-Unbound", other(ua))
+		assert.NoError(t, verify(key, signed, to, unbound, now), "a header the hop does not cover")
+
 		parts := strings.Split(signed, ".")
-		require.Len(t, parts, 3)
+		require.Len(t, parts, 5)
+		field := func(i int, v string) string {
+			p := slices.Clone(parts)
+			p[i] = v
+			return strings.Join(p, ".")
+		}
 		for _, forged := range []string{
 			"x" + signed,
-			parts[0] + "." + parts[1] + "1." + parts[2],
-			parts[0] + ".+" + parts[1] + "." + parts[2],
-			parts[0] + "." + parts[1] + "." + strings.ToUpper(parts[2]) + "00",
-			parts[0] + "." + parts[1] + "." + parts[2][:len(parts[2])-2],
+			field(0, other(from)),
+			field(1, other(to)),
+			field(2, parts[2]+"1"),
+			field(2, "+"+parts[2]),
+			field(3, other(nonce)),
+			field(4, strings.ToUpper(parts[4])+"00"),
+			field(4, parts[4][:len(parts[4])-2]),
 			signed + ".",
 		} {
-			assert.False(t, verify(key, forged, method, path, body, now), "a forged header %q", forged)
+			self := to
+			if forged == field(1, other(to)) {
+				self = other(to) // the destination it names: only the signature can refuse it
+			}
+			assert.Error(t, verify(key, forged, self, req, now), "a forged header %q", forged)
 		}
 
 		// A header the fuzzer wrote never verifies (it cannot compute the
 		// HMAC), for this request at any time near its own.
 		if header != signed {
-			_, ok := verifyHop(key, header, method, path, body, now)
-			assert.False(t, ok, "header %q", header)
+			_, err := verifyHop(key, header, to, req, now)
+			assert.Error(t, err, "header %q", header)
 		}
 	})
 }

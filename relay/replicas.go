@@ -23,7 +23,10 @@ import (
 
 // ReplicaConfig names this process among the replicas.
 type ReplicaConfig struct {
-	ID   string // unique per process; default random
+	// ID names the process: unique, and never reused by a later one (a
+	// hop addressed to it is refused as a replay only by the process that
+	// accepted it: see hopNonces). Default random. It holds no dot.
+	ID   string
 	Name string // for operators; default host:pid
 	// Heartbeat is how often the replica renews its row; one silent for
 	// three heartbeats is dead. Default 5s.

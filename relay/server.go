@@ -145,6 +145,9 @@ type Server struct {
 	// and a short dial deadline, so a dead replica fails fast and the
 	// request is served here.
 	hop *http.Transport
+	// hopNonces are the nonces of the hops accepted here, within their
+	// window.
+	hopNonces hopNonces
 }
 
 // New builds the relay server.
