@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -286,4 +287,40 @@ func TestRequestRecordsPastTheirRetentionGo(t *testing.T) {
 		return err == nil && len(atts) == 1
 	}, time.Minute, 20*time.Millisecond, "the 40-day-old attempt went, the new one stayed")
 	assert.Equal(t, "req_new", atts[0].RequestID)
+}
+
+// The relay's housekeeping deletes console sessions past their absolute
+// end, signed out or not, on its own; those still within it stay (a
+// signed-out one is refused by its row until then).
+func TestEndedConsoleSessionsGo(t *testing.T) {
+	t.Parallel()
+	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	ctx := context.Background()
+	now := time.Now()
+	for id, cs := range map[string]store.ConsoleSession{
+		"ended":           {Expires: now.Add(-time.Minute)},
+		"signed out, old": {Expires: now.Add(-time.Second), Revoked: now.Add(-time.Hour)},
+		"standing":        {Expires: now.Add(time.Hour)},
+		"signed out":      {Expires: now.Add(time.Hour), Revoked: now},
+	} {
+		cs.ID, cs.Created, cs.Seen = id, now.Add(-2*time.Hour), now.Add(-2*time.Hour)
+		require.NoError(t, st.CreateConsoleSession(ctx, cs))
+		if !cs.Revoked.IsZero() {
+			require.NoError(t, st.RevokeConsoleSession(ctx, id, cs.Revoked))
+		}
+	}
+	rl := relay.New(relay.Config{Store: st, Logger: testLogger(t)})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); rl.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done; rl.Close() })
+	require.Eventually(t, func() bool {
+		_, err1 := st.ConsoleSession(ctx, "ended")
+		_, err2 := st.ConsoleSession(ctx, "signed out, old")
+		return errors.Is(err1, store.ErrNotFound) && errors.Is(err2, store.ErrNotFound)
+	}, time.Minute, 20*time.Millisecond, "the ended sessions went")
+	for _, id := range []string{"standing", "signed out"} {
+		_, err := st.ConsoleSession(ctx, id)
+		assert.NoError(t, err, "%s stays", id)
+	}
 }

@@ -356,8 +356,8 @@ func (s *Server) inFlight(accountID string) (done func()) {
 func (s *Server) InFlight(accountID string) int { return int(s.counter(accountID).Load()) }
 
 // Run does the relay's background housekeeping until ctx ends: expired
-// bindings and request records past their retention are deleted, idle
-// continuity entries swept, and the bridge's
+// bindings, request records past their retention and ended console
+// sessions are deleted, idle continuity entries swept, and the bridge's
 // idle and aged lanes closed (its sweeper runs beside, owned here). It
 // also keeps this replica registered with the others sharing the database
 // (heartbeat) and applies what they announce (see replicas.go).
@@ -383,7 +383,8 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // housekeep sweeps idle continuity entries and deletes expired bindings,
-// request records past their retention and stale lane leases.
+// request records past their retention, stale lane leases and console
+// sessions past their absolute end.
 func (s *Server) housekeep(ctx context.Context) {
 	s.conts.Sweep()
 	if _, err := s.cfg.Store.DeleteExpiredBindings(ctx); err != nil && ctx.Err() == nil {
@@ -400,6 +401,9 @@ func (s *Server) housekeep(ctx context.Context) {
 	}
 	if _, err := s.cfg.Store.DeleteStaleLeases(ctx, now.Add(-leaseTTL)); err != nil && ctx.Err() == nil {
 		s.log.Warn("delete stale lane leases", "err", err)
+	}
+	if _, err := s.cfg.Store.DeleteEndedConsoleSessions(ctx, now); err != nil && ctx.Err() == nil {
+		s.log.Warn("delete ended console sessions", "err", err)
 	}
 	s.leased.Range(func(k, v any) bool {
 		if now.Sub(v.(leaseSeen).at) > leaseTTL {

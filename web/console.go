@@ -528,7 +528,8 @@ func (s *Server) renderSettings(c echo.Context, status int, prices *ui.PriceForm
 		}},
 		{Title: "Console and admin API", Items: []ui.Setting{
 			{Name: "Admin API", Value: "/api/v1", Note: "Authorization: Bearer <CODEX_RELAY_ADMIN_TOKEN>; document at /api/v1/openapi.json"},
-			{Name: "Session lifetime", Value: span(sessionTTL), Note: "signed HttpOnly SameSite=Strict cookie; a new admin token ends every session"},
+			{Name: "Session lifetime", Value: span(sessionTTL) + ", or " + span(sessionIdle) + " without a page or form",
+				Note: "kept in the database, so signing out ends a session on every replica; its cookie is signed, HttpOnly and SameSite=Strict; a new admin token ends every session"},
 			{Name: "Secure cookies", Value: cookie, Note: "Secure is set whenever the console is served over TLS"},
 			{Name: "Login rate limit", Value: strconv.Itoa(loginBurst) + " attempts, then 1 per " + span(loginRefill), Note: "per client address"},
 			{Name: "Live updates", Value: "every " + span(s.cfg.LiveInterval), Note: "overview, lanes, diagnostics and sign-ins, over SSE"},

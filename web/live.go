@@ -15,8 +15,10 @@ import (
 )
 
 // A live stream lasts at most liveMaxAge; the browser's EventSource then
-// reconnects, which checks the session again. Unchanged content is not
-// resent; a comment keeps idle connections open through proxies.
+// reconnects. Its session is checked again at every update: a stream ends
+// within one LiveInterval of its session's sign-out on any replica, or of
+// its idle or absolute end. Unchanged content is not resent; a comment
+// keeps idle connections open through proxies.
 const (
 	liveMaxAge    = 5 * time.Minute
 	liveKeepAlive = 15 * time.Second
@@ -25,6 +27,7 @@ const (
 // live streams one live region of the console over SSE: its fragment is
 // rendered every LiveInterval and sent as an "update" event when it changed.
 func (s *Server) live(c echo.Context) error {
+	sess, _ := c.Get(sessionKey).(session)
 	var fragment func(ctx context.Context) (templ.Component, error)
 	switch c.Param("topic") {
 	case "overview":
@@ -58,7 +61,6 @@ func (s *Server) live(c echo.Context) error {
 		if !ok {
 			return echo.ErrNotFound
 		}
-		sess, _ := c.Get(sessionKey).(session)
 		token := s.sessions.csrf(purposeSession, sess) // for its cancel form
 		fragment = func(context.Context) (templ.Component, error) {
 			return ui.SignInBody(s.signInView(si, s.cfg.Now()), token), nil
@@ -116,6 +118,9 @@ func (s *Server) live(c echo.Context) error {
 		case <-end.C:
 			return nil
 		case <-tick.C:
+		}
+		if !s.sessions.stillStands(ctx, sess) {
+			return nil // signed out, idle or expired: the browser's retry goes to the login page
 		}
 	}
 }

@@ -74,7 +74,7 @@ func (s *Server) routes() {
 	pub.POST("/login", s.login)
 	pub.GET("/static/*", s.static())
 
-	con := e.Group("/admin", consoleHeaders, limitBody(maxConsoleBody), s.requireSession, readForm, s.requireCSRF)
+	con := e.Group("/admin", consoleHeaders, limitBody(maxConsoleBody), s.requireSession, readForm, s.requireCSRF, s.noteSeen)
 	con.GET("", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/admin/") })
 	con.GET("/", s.overviewPage)
 	con.GET("/accounts", s.accountsPage)

@@ -158,7 +158,7 @@ func New(cfg Config) *Server {
 	s := &Server{
 		cfg: cfg, echo: e, log: cfg.Logger,
 		metrics:  newHTTPMetrics(cfg.Registry),
-		sessions: newSessions(cfg.SessionKey, cfg.AdminTokenHash, cfg.Now),
+		sessions: newSessions(cfg.SessionKey, cfg.AdminTokenHash, cfg.Now).keptIn(cfg.Store, cfg.Logger),
 		limiter:  newLoginLimiter(loginBurst, loginRefill, cfg.Now),
 		signIns:  newSignIns(),
 	}
