@@ -28,7 +28,11 @@ func hostileTestOptions() options {
 		clientDeflate: true, upstreamCompression: relay.CompressionPooled, simCompression: "pooled", turnTimeout: 30 * time.Second,
 		hostile: hostileOptions{on: true, slowReaders: 20, stopped: 2, halfOpen: 20, readEvery: 200 * time.Millisecond,
 			answerWords: hostileAnswerWords, answerEvents: hostileAnswerEvents, answerGap: hostileAnswerGap,
-			maxBody: 1 << 20, bodyTimeout: 2 * time.Second, writeTimeout: 2 * time.Second, headerTimeout: 2 * time.Second,
+			// The write timeout is 25 of the slow readers' periods: a machine
+			// loaded far past its cores (the suite beside three others under
+			// -race) once starved a reader past 2 s, 10 periods, and the relay
+			// rightly let it go as stalled.
+			maxBody: 1 << 20, bodyTimeout: 2 * time.Second, writeTimeout: 5 * time.Second, headerTimeout: 2 * time.Second,
 			maxMessage: relay.MaxMessageBytes, probeTimeout: hostileTestProbeTimeout, stoppedCap: hostileStoppedCap}}
 }
 
