@@ -190,11 +190,17 @@ func failureFor(err error, now time.Time) (*failure, attemptClass) {
 	var st *storeError
 	var limited *keyLimitError
 	var stuck *compactionStuckError
+	var wrongKeys *keyFailuresError
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return &failure{status: statusClientClosed, err: apiError{Type: wire.TypeInvalidRequest, Code: "client_closed", Message: "the client went away"}}, classCancelled
 	case errors.As(err, &refused):
 		return &failure{status: refused.status, err: refused.err}, classInvalid
+	case errors.As(err, &wrongKeys):
+		secs := int64(wrongKeys.wait / time.Second)
+		return &failure{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {strconv.FormatInt(secs, 10)}},
+			err: apiError{Type: wire.TypeInvalidRequest, Code: wire.CodeInvalidAPIKey,
+				Message: fmt.Sprintf("%s, and too many wrong client keys came from your address: try again in %d s", msgKeyRejected, secs)}}, classInvalid
 	case errors.As(err, &conflict):
 		return relayFailure(http.StatusConflict, wire.TypeInvalidRequest, "continuity_owner_conflict",
 			fmt.Sprintf("this request's %s and %s belong to different accounts; nothing was sent upstream",
@@ -260,6 +266,9 @@ func (s *Server) writeFailure(w http.ResponseWriter, err error) {
 	}
 	if class == classFailed {
 		s.log.Error("request failed", "err", err)
+	}
+	for k, vs := range f.header {
+		w.Header()[k] = vs
 	}
 	writeError(w, f.status, f.err)
 }

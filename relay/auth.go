@@ -9,7 +9,9 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/codexrelay/codex-relay/internal/ratelimit"
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/internal/wire"
 )
@@ -39,11 +41,23 @@ func (c client) checkModel(model string) error {
 // errUnauthenticated marks a request refused for want of a usable key.
 var errUnauthenticated = errors.New("unauthenticated")
 
+// errKeyRejected marks a request refused because the client key it bears is
+// unknown, revoked or expired (it wraps errUnauthenticated too): a failed
+// attempt, counted by limitKeyFailures.
+var errKeyRejected = errors.New("client key rejected")
+
+// Wrong client keys per client address: a burst of keyFailureBurst, then
+// one more every keyFailureRefill (the console login's figures).
+const (
+	keyFailureBurst  = ratelimit.DefaultBurst
+	keyFailureRefill = ratelimit.DefaultRefill
+)
+
 // admit authenticates r and answers the client itself when that fails.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request) (client, bool) {
 	cl, err := s.authenticate(r.Context(), r, false)
 	if err != nil {
-		s.writeFailure(w, err)
+		s.writeFailure(w, s.limitKeyFailures(r, err))
 		return client{}, false
 	}
 	return cl, true
@@ -61,10 +75,17 @@ func (s *Server) admitIdentified(w http.ResponseWriter, r *http.Request) (client
 // so it counts as local here.
 func (s *Server) admitIdentifiedOr(w http.ResponseWriter, r *http.Request, forwarded func() bool) (client, Identity, bool) {
 	cl, err := s.authenticate(r.Context(), r, false)
+	vouched := false
 	if errors.Is(err, errUnauthenticated) && forwarded != nil && forwarded() {
+		vouched = true
 		cl, err = s.authenticate(r.Context(), r, true)
 	}
 	if err != nil {
+		if !vouched {
+			// A forwarded request's address is the replica's, which
+			// admitted the key itself: not a guess to count.
+			err = s.limitKeyFailures(r, err)
+		}
 		s.writeFailure(w, err)
 		return client{}, Identity{}, false
 	}
@@ -90,7 +111,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, forwarded bo
 	if strings.HasPrefix(token, store.ClientKeyPrefix) {
 		k, err := s.cfg.Store.AuthenticateClientKey(ctx, token)
 		if errors.Is(err, store.ErrKeyRejected) {
-			return client{}, unauthorized("this relay client key is unknown, revoked or expired")
+			return client{}, fmt.Errorf("%w: %w", errKeyRejected, unauthorized(msgKeyRejected))
 		}
 		if err != nil {
 			return client{}, storeUnavailable("check the client key", err)
@@ -115,6 +136,39 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, forwarded bo
 	}
 	return client{}, nil
 }
+
+const msgKeyRejected = "this relay client key is unknown, revoked or expired"
+
+// limitKeyFailures counts a refusal of a wrong client key (errKeyRejected)
+// against the client's address, the connection's peer as for every limit.
+// Once the address has no attempt left, a wrong key is answered 429 with
+// Retry-After instead of 401: a client stuck on one is told to back off.
+// A valid key is never counted nor refused here (so every key is still
+// looked up): client keys are 32 random base62 characters (190 bits), which
+// no rate of guessing finds, and a limit that refused them would let anyone
+// lock out every client behind a shared address (a NAT, the reverse proxy
+// of deploy/) with a wrong key every 30 s. Requests without a key are not
+// attempts either. Other errors pass unchanged.
+func (s *Server) limitKeyFailures(r *http.Request, err error) error {
+	if !errors.Is(err, errKeyRejected) {
+		return err
+	}
+	if ok, wait := s.keyFailures.Check(r.RemoteAddr); !ok {
+		s.metrics.keyRejected.WithLabelValues("limited").Inc()
+		return &keyFailuresError{wait: wait}
+	}
+	s.keyFailures.Take(r.RemoteAddr)
+	s.metrics.keyRejected.WithLabelValues("unauthorized").Inc()
+	return err
+}
+
+// keyFailuresError is a wrong client key from an address that has sent too
+// many: 429 with Retry-After.
+type keyFailuresError struct {
+	wait time.Duration // until the address's next attempt, in whole seconds
+}
+
+func (e *keyFailuresError) Error() string { return "too many wrong client keys from this address" }
 
 // unauthorized is a refusal for want of a usable key.
 func unauthorized(msg string) error {

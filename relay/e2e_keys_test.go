@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -227,4 +229,82 @@ func TestRefusedOnItsHeadersWithABodyStillComing(t *testing.T) {
 	}
 	require.Len(t, conns, 2)
 	assert.Equal(t, conns[0], conns[1], "the second request reused the first's connection")
+}
+
+// Wrong client keys are limited per client address: the first few are
+// answered 401, the rest 429 with Retry-After (still invalid_api_key), on
+// /v1 and /backend-api alike, until the address's next attempt is due. A
+// valid key is never slowed or refused, from that address either; another
+// address, and requests without a key, are not affected.
+func TestWrongClientKeysAreLimitedPerAddress(t *testing.T) {
+	t.Parallel()
+	clk := newTestClock(time.Now())
+	reg := prometheus.NewRegistry()
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.Now, c.Registry = clk.Now, reg }, simAccount("a1", "org-a"))
+	_, secret, err := h.store.CreateClientKey(context.Background(), store.ClientKey{Name: "laptop"})
+	require.NoError(t, err)
+	body, err := json.Marshal(responseRequest("hello"))
+	require.NoError(t, err)
+	send := func(addr, path, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		req.RemoteAddr = addr
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		rec := httptest.NewRecorder()
+		h.relay.ServeHTTP(rec, req)
+		return rec
+	}
+	const flooder = "192.0.2.10:40000"
+	paths := []string{"/v1/responses", "/backend-api/codex/responses"}
+	codes := map[int]int{}
+	for i := range 1000 {
+		rec := send(flooder, paths[i%2], "crk_guess"+strings.Repeat("x", i%7)+string(rune('a'+i%26)))
+		codes[rec.Code]++
+		if i == 5 {
+			require.Equal(t, http.StatusTooManyRequests, rec.Code)
+			assert.Equal(t, "30", rec.Header().Get("Retry-After"))
+			assert.Contains(t, rec.Body.String(), `"code":"invalid_api_key"`)
+			assert.Contains(t, rec.Body.String(), "too many wrong client keys came from your address: try again in 30 s")
+		}
+	}
+	assert.Equal(t, map[int]int{http.StatusUnauthorized: 5, http.StatusTooManyRequests: 995}, codes)
+	assert.Equal(t, 5.0, metricValue(t, reg, "codex_relay_client_key_rejections_total", map[string]string{"answer": "unauthorized"}))
+	assert.Equal(t, 995.0, metricValue(t, reg, "codex_relay_client_key_rejections_total", map[string]string{"answer": "limited"}))
+
+	for _, p := range paths {
+		rec := send(flooder, p, secret)
+		require.Equal(t, http.StatusOK, rec.Code, "a valid key from the flooding address is served: %s", rec.Body.String())
+		assert.Contains(t, rec.Body.String(), "response.completed")
+	}
+	assert.Equal(t, http.StatusUnauthorized, send("192.0.2.11:1", paths[0], "crk_wrong").Code, "another address has its own budget")
+	rec := send(flooder, paths[0], "")
+	assert.Equal(t, http.StatusUnauthorized, rec.Code, "no key: told to send one, uncounted")
+	assert.Contains(t, rec.Body.String(), "send a relay client key")
+	for range 10 {
+		require.Equal(t, http.StatusUnauthorized, send("192.0.2.12:1", paths[0], "").Code)
+	}
+	assert.Equal(t, http.StatusUnauthorized, send("192.0.2.12:1", paths[0], "crk_wrong").Code, "requests without a key are no attempts")
+
+	clk.Add(30 * time.Second)
+	assert.Equal(t, http.StatusUnauthorized, send(flooder, paths[1], "crk_wrong").Code, "one attempt more after the refill period")
+	assert.Equal(t, http.StatusTooManyRequests, send(flooder, paths[1], "crk_wrong").Code)
+
+	// The WebSocket handshake is limited the same way (here from loopback).
+	for range 5 {
+		code, _, _ := h.raw(http.MethodPost, "/v1/responses", http.Header{"Authorization": {"Bearer crk_wrong"}}, body)
+		require.Equal(t, http.StatusUnauthorized, code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.codexBaseURL(), "http")+"/responses",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer crk_wrong"}}})
+	require.Error(t, err)
+	require.NotNil(t, resp)
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "30", resp.Header.Get("Retry-After"))
+	c := h.dialWSWith(sessionS, rootT, http.Header{"Authorization": {"Bearer " + secret}})
+	typ, _ := lastEvent(c.turn(responseRequest("hello")))
+	assert.Equal(t, "response.completed", typ, "a valid key opens its socket from loopback too")
 }

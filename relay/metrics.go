@@ -19,8 +19,11 @@ type metrics struct {
 	tokens     *prometheus.CounterVec // by key, model, kind
 	cost       *prometheus.CounterVec // by key, model
 	keyRefused *prometheus.CounterVec // by key, limit
-	budgetUse  *prometheus.GaugeVec   // by key, limit: use / max at the key's latest admission
-	logDropped prometheus.Counter     // request log rows given up
+	// keyRejected counts wrong client keys, by answer (unauthorized, or
+	// limited once their address had sent too many).
+	keyRejected *prometheus.CounterVec
+	budgetUse   *prometheus.GaugeVec // by key, limit: use / max at the key's latest admission
+	logDropped  prometheus.Counter   // request log rows given up
 	// bindingsDropped counts binding writes given up.
 	bindingsDropped prometheus.Counter
 }
@@ -46,6 +49,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Cost of the usage the upstream reported, at the price table in force, by client key and model."}, []string{"key", "model"}),
 		keyRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_key_limit_refusals_total",
 			Help: "Requests refused 429 because their client key was at a limit, by key and limit (tokens/5h, concurrent, ...)."}, []string{"key", "limit"}),
+		keyRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_client_key_rejections_total",
+			Help: "Requests bearing an unknown, revoked or expired client key, by answer: unauthorized (401), or limited (429: their address had sent too many)."}, []string{"answer"}),
 		budgetUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "codex_relay_key_budget_used_ratio",
 			Help: "A client key's use of each limit (settled plus in flight, over max) at its latest request."}, []string{"key", "limit"}),
 		logDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "codex_relay_request_log_dropped_total",
@@ -54,6 +59,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Binding writes given up: the database refused them for what they hold, or did not take them within 10 minutes, before the queue filled or before the relay stopped."}),
 	}
 	m.eventsHTTP, m.eventsWS = m.events.WithLabelValues("http"), m.events.WithLabelValues("ws")
-	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes, m.tokens, m.cost, m.keyRefused, m.budgetUse, m.logDropped, m.bindingsDropped)
+	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes, m.tokens, m.cost, m.keyRefused, m.keyRejected, m.budgetUse, m.logDropped, m.bindingsDropped)
 	return m
 }

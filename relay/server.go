@@ -14,6 +14,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/internal/ratelimit"
 	"github.com/codexrelay/codex-relay/internal/store"
 )
 
@@ -132,6 +133,9 @@ type Server struct {
 	leased sync.Map
 	// keyUse counts requests per client key, written in batches.
 	keyUse *keyUse
+	// keyFailures counts wrong client keys per client address
+	// (limitKeyFailures); it guards its own state.
+	keyFailures *ratelimit.Limiter
 	// requestLog writes the request log's rows (and their attempts) in
 	// batches behind the requests; static after New.
 	requestLog *writeBehind[store.LoggedRequest]
@@ -204,15 +208,16 @@ func New(cfg Config) *Server {
 	closing, cancel := context.WithCancel(context.Background())
 	draining, drain := context.WithCancel(context.Background())
 	s := &Server{
-		draining: draining,
-		drain:    drain,
-		cfg:      cfg,
-		log:      cfg.Logger,
-		metrics:  newMetrics(cfg.Registry),
-		owners:   newOwnerIndex(cfg.OwnerIDs),
-		conts:    cfg.Continuity,
-		closing:  closing,
-		close:    cancel,
+		draining:    draining,
+		drain:       drain,
+		cfg:         cfg,
+		log:         cfg.Logger,
+		metrics:     newMetrics(cfg.Registry),
+		owners:      newOwnerIndex(cfg.OwnerIDs),
+		conts:       cfg.Continuity,
+		closing:     closing,
+		close:       cancel,
+		keyFailures: ratelimit.New(keyFailureBurst, keyFailureRefill, cfg.Now),
 		hop: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute,
 			// A holder that takes a forwarded request and never answers it

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -25,11 +26,20 @@ const testAdminToken = "cra_test_admin_token"
 func newTestServer(t *testing.T, s *store.Store) *Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
-	return New(Config{Store: s, AdminTokenHash: HashAdminToken(testAdminToken), Registry: reg, Gatherer: reg})
+	srv := New(Config{Store: s, AdminTokenHash: HashAdminToken(testAdminToken), Registry: reg, Gatherer: reg})
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // call sends one request through the server and decodes a JSON answer.
 func call(t *testing.T, h http.Handler, method, path, token string, body any) (int, map[string]any, string) {
+	t.Helper()
+	return callFrom(t, h, "", method, path, token, body)
+}
+
+// callFrom is call from the client address addr (host:port; "" is
+// httptest's).
+func callFrom(t *testing.T, h http.Handler, addr, method, path, token string, body any) (int, map[string]any, string) {
 	t.Helper()
 	var r io.Reader
 	switch b := body.(type) {
@@ -44,6 +54,9 @@ func call(t *testing.T, h http.Handler, method, path, token string, body any) (i
 		r = bytes.NewReader(raw)
 	}
 	req := httptest.NewRequest(method, path, r)
+	if addr != "" {
+		req.RemoteAddr = addr
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -72,7 +85,9 @@ func errorOf(t *testing.T, body map[string]any) (code, field string) {
 var pathParam = regexp.MustCompile(`:([a-z_]+)`)
 
 // Every API route refuses a request without the admin token or with a wrong
-// one, before it reads anything.
+// one, before it reads anything. (Each request comes from an address of its
+// own: from one, the wrong tokens would soon be refused by the failure
+// limit, TestAdminAPIFailureLimit.)
 func TestEveryAPIRouteNeedsTheAdminToken(t *testing.T) {
 	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
 	srv := newTestServer(t, s)
@@ -83,8 +98,9 @@ func TestEveryAPIRouteNeedsTheAdminToken(t *testing.T) {
 		}
 		n++
 		path := pathParam.ReplaceAllString(r.Path, "x")
-		for _, token := range []string{"", "wrong", testAdminToken + "x", strings.ToUpper(testAdminToken)} {
-			code, body, _ := call(t, srv, r.Method, path, token, nil)
+		for i, token := range []string{"", "wrong", testAdminToken + "x", strings.ToUpper(testAdminToken)} {
+			addr := fmt.Sprintf("192.0.2.%d:%d", n, 1000+i)
+			code, body, _ := callFrom(t, srv, addr, r.Method, path, token, nil)
 			assert.Equal(t, http.StatusUnauthorized, code, "%s %s with token %q", r.Method, r.Path, token)
 			c, _ := errorOf(t, body)
 			assert.Equal(t, "unauthorized", c)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/codexrelay/codex-relay/internal/ratelimit"
 	"github.com/codexrelay/codex-relay/web/ui"
 )
 
@@ -23,6 +24,14 @@ const (
 const (
 	actorAdmin = "admin" // the console
 	actorAPI   = "api"   // a bearer-token client of /api/v1
+)
+
+// Login attempts per client address: a burst of loginBurst, then one more
+// every loginRefill. Successful logins count too, so the limit cannot be
+// reset by a token the attacker already has.
+const (
+	loginBurst  = ratelimit.DefaultBurst
+	loginRefill = ratelimit.DefaultRefill
 )
 
 // csrfField is the form field, and csrfHeader the header, that carry the
@@ -152,7 +161,7 @@ func (s *Server) login(c echo.Context) error {
 	f := loginForm{Token: c.FormValue("token"), Next: safeNext(c.FormValue("next"))}
 	v := s.loginVisit(c)
 	page := ui.Login{CSRF: s.sessions.csrf(purposeLogin, v), Next: f.Next}
-	if ok, wait := s.limiter.allow(c.RealIP()); !ok {
+	if ok, wait := s.limiter.Allow(c.RealIP()); !ok {
 		secs := int(wait / time.Second)
 		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
 		page.Error = "Too many login attempts from your address. Try again in " + strconv.Itoa(secs) + " s."

@@ -240,23 +240,6 @@ func TestLoginRateLimit(t *testing.T) {
 	assert.Len(t, entries, loginBurst, "failed attempts are audited")
 }
 
-func TestLoginLimiterForgetsIdleAddresses(t *testing.T) {
-	clk := &testClock{t: time.Unix(0, 0)}
-	l := newLoginLimiter(2, time.Second, clk.Now)
-	for i := range limiterMaxAddrs {
-		ok, _ := l.allow("a" + strconvItoa(i))
-		require.True(t, ok)
-	}
-	clk.Add(time.Hour)
-	ok, _ := l.allow("new")
-	assert.True(t, ok)
-	assert.Len(t, l.buckets, 1, "refilled buckets are dropped when the table is full")
-	for i := range 2 * limiterMaxAddrs {
-		l.allow("b" + strconvItoa(i))
-	}
-	assert.LessOrEqual(t, len(l.buckets), limiterMaxAddrs, "memory stays bounded under many addresses")
-}
-
 // Every state-changing console route refuses a request without the
 // session's CSRF token, with another session's token, or marked cross-site.
 func TestEveryConsoleWriteNeedsCSRF(t *testing.T) {
@@ -362,4 +345,186 @@ func TestSafeNext(t *testing.T) {
 	} {
 		assert.Equal(t, want, safeNext(in), "next=%q", in)
 	}
+}
+
+// apiFrom sends GET /api/v1/accounts from addr with token (and, when xff is
+// set, an X-Forwarded-For claiming another address).
+func apiFrom(h http.Handler, addr, token, xff string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodGet, "/api/v1/accounts", nil)
+	req.RemoteAddr = addr
+	req.Header.Set("Authorization", "Bearer "+token)
+	if xff != "" {
+		req.Header.Set("X-Forwarded-For", xff)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// The admin API limits failed admin-token attempts per client address: a
+// burst, then one per refill period; an address out of attempts is refused
+// with 429 and Retry-After, the right token too, while other addresses and
+// requests without a token are not affected.
+func TestAdminAPIFailureLimit(t *testing.T) {
+	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	clk := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	srv := New(Config{Store: s, AdminTokenHash: HashAdminToken(testAdminToken), Now: clk.Now})
+	t.Cleanup(srv.Close)
+	const flooder = "192.0.2.10:40000"
+	codes := map[int]int{}
+	for i := range 1000 {
+		rec := apiFrom(srv, flooder, "cra_guess_"+strconvItoa(i), "")
+		codes[rec.Code]++
+		if i < apiFailureBurst {
+			require.Equal(t, http.StatusUnauthorized, rec.Code, "attempt %d", i+1)
+		} else if i == apiFailureBurst {
+			require.Equal(t, http.StatusTooManyRequests, rec.Code, "attempt %d", i+1)
+			assert.Equal(t, "30", rec.Header().Get("Retry-After"))
+			assert.Contains(t, rec.Body.String(), `"code":"too_many_failures"`)
+		}
+	}
+	assert.Equal(t, map[int]int{http.StatusUnauthorized: apiFailureBurst, http.StatusTooManyRequests: 1000 - apiFailureBurst}, codes)
+
+	rec := apiFrom(srv, flooder, testAdminToken, "")
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "the right token from the flooding address is refused too")
+	assert.Equal(t, "30", rec.Header().Get("Retry-After"))
+	rec = apiFrom(srv, "192.0.2.10:40001", testAdminToken, "")
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "a new connection from the same address does not help")
+	rec = apiFrom(srv, "192.0.2.11:40000", testAdminToken, "192.0.2.10")
+	assert.Equal(t, http.StatusOK, rec.Code, "another address has its own budget, whatever X-Forwarded-For says")
+	rec = apiFrom(srv, flooder, testAdminToken, "192.0.2.12")
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code, "a forwarded-for header does not buy a fresh budget")
+	code, _, _ := callFrom(t, srv, flooder, http.MethodGet, "/api/v1/accounts", "", nil)
+	assert.Equal(t, http.StatusUnauthorized, code, "no token: still told to send one")
+
+	clk.Add(apiFailureRefill - time.Second)
+	rec = apiFrom(srv, flooder, testAdminToken, "")
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	clk.Add(time.Second)
+	rec = apiFrom(srv, flooder, testAdminToken, "")
+	assert.Equal(t, http.StatusOK, rec.Code, "the right token works once the refill period has passed")
+	rec = apiFrom(srv, flooder, "cra_wrong", "")
+	assert.Equal(t, http.StatusUnauthorized, rec.Code, "one failure more")
+	rec = apiFrom(srv, flooder, "cra_wrong", "")
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+
+	// Successes neither count nor reset an address's failures.
+	const other = "198.51.100.7:5000"
+	for range apiFailureBurst - 1 {
+		require.Equal(t, http.StatusUnauthorized, apiFrom(srv, other, "cra_wrong", "").Code)
+	}
+	for range 50 {
+		require.Equal(t, http.StatusOK, apiFrom(srv, other, testAdminToken, "").Code)
+	}
+	assert.Equal(t, http.StatusUnauthorized, apiFrom(srv, other, "cra_wrong", "").Code)
+	assert.Equal(t, http.StatusTooManyRequests, apiFrom(srv, other, testAdminToken, "").Code)
+
+	// Requests without a token are not attempts.
+	for range 20 {
+		code, _, _ := callFrom(t, srv, "198.51.100.8:1", http.MethodGet, "/api/v1/accounts", "", nil)
+		require.Equal(t, http.StatusUnauthorized, code)
+	}
+	assert.Equal(t, http.StatusOK, apiFrom(srv, "198.51.100.8:1", testAdminToken, "").Code)
+
+	// An IPv6 client is limited by its /64.
+	for i := range apiFailureBurst {
+		apiFrom(srv, "[2001:db8:1:2::"+strconvItoa(i+1)+"]:443", "cra_wrong", "")
+	}
+	assert.Equal(t, http.StatusTooManyRequests, apiFrom(srv, "[2001:db8:1:2::ffff]:443", testAdminToken, "").Code)
+	assert.Equal(t, http.StatusOK, apiFrom(srv, "[2001:db8:1:3::1]:443", testAdminToken, "").Code)
+}
+
+// A flood of wrong admin tokens makes a handful of audit rows, one per
+// address per window, each naming its count; rows of a window are written
+// by the first failure after it and by Close.
+func TestAdminAPIFailuresAuditedInAggregate(t *testing.T) {
+	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clk := &testClock{t: start}
+	srv := New(Config{Store: s, AdminTokenHash: HashAdminToken(testAdminToken), Now: clk.Now})
+	ctx := context.Background()
+	rows := func() []store.AuditEntry {
+		entries, _, err := s.AuditLog(ctx, store.AuditFilter{Action: "api.auth_failed"})
+		require.NoError(t, err)
+		return entries
+	}
+	for i := range 1000 {
+		apiFrom(srv, "192.0.2.10:40000", "cra_guess_"+strconvItoa(i), "")
+	}
+	for range 3 {
+		apiFrom(srv, "192.0.2.20:40000", "cra_wrong", "")
+	}
+	assert.Zero(t, len(rows()), "the window is still open")
+
+	clk.Add(failureWindow)
+	apiFrom(srv, "192.0.2.10:40000", "cra_wrong_again", "") // the first failure after the window
+	got := rows()
+	require.Len(t, got, 2, "one row per address, not one per attempt")
+	byTarget := map[string]store.AuditEntry{}
+	for _, e := range got {
+		byTarget[e.Target] = e
+	}
+	flood := byTarget["192.0.2.10"]
+	assert.Equal(t, "api", flood.Actor)
+	assert.Equal(t, "192.0.2.10", flood.Address)
+	assert.Equal(t, "1000 failed admin-token attempts since 2026-11-30T12:00:00Z (995 of them refused by the rate limit without a check)", flood.Detail)
+	assert.Equal(t, "3 failed admin-token attempts since 2026-11-30T12:00:00Z", byTarget["192.0.2.20"].Detail)
+
+	srv.Close()
+	got = rows()
+	require.Len(t, got, 3, "Close writes the open window's rows")
+	assert.Equal(t, "1 failed admin-token attempt at 2026-11-30T12:01:00Z", got[0].Detail, "newest first")
+}
+
+// The timer ends a window with no failure after it; a timer that fires early
+// (a clock behind it) writes nothing and waits for the rest of the window;
+// past maxFailureTallies addresses, the others share one row.
+func TestAuthFailuresWindow(t *testing.T) {
+	clk := &testClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	var written [][]failureTally
+	f := newAuthFailures(failureWindow, clk.Now, func(ts []failureTally) {
+		if len(ts) > 0 {
+			written = append(written, ts)
+		}
+	})
+	var timers []func()
+	var after []time.Duration
+	f.after = func(d time.Duration, fn func()) func() bool {
+		timers, after = append(timers, fn), append(after, d)
+		return func() bool { return true }
+	}
+	for i := range maxFailureTallies + 5 {
+		f.add("203.0.113."+strconvItoa(i%250)+":1", false) // 250 addresses...
+		f.add("[2001:db8:"+strconvItoa(i)+"::1]:1", i%2 == 0)
+	}
+	require.Len(t, timers, 1, "one timer per window")
+	assert.Equal(t, failureWindow, after[0])
+
+	clk.Add(failureWindow / 2)
+	timers[0]()
+	assert.Empty(t, written, "early: nothing written")
+	require.Len(t, timers, 2, "the timer is armed again for the rest of the window")
+	assert.Equal(t, failureWindow/2, after[1])
+
+	clk.Add(failureWindow / 2)
+	timers[1]()
+	require.Len(t, written, 1)
+	rows := written[0]
+	require.Len(t, rows, maxFailureTallies+1, "one row per address, up to the cap, and one for the others")
+	others := rows[len(rows)-1]
+	assert.Empty(t, others.addr)
+	assert.Equal(t, 255, others.wrong+others.refused, "the addresses past the cap are counted together")
+	assert.Contains(t, others.detail(), "from addresses beyond the first 1000")
+	var total int
+	for _, r := range rows {
+		total += r.wrong + r.refused
+	}
+	assert.Equal(t, 2*(maxFailureTallies+5), total, "every attempt counted once")
+	assert.Len(t, timers, 2, "no timer after the window closed")
+
+	timers[0]() // a stale timer does nothing
+	assert.Len(t, written, 1)
+	f.close()
+	assert.Len(t, written, 1, "nothing left to write")
 }

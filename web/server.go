@@ -12,11 +12,13 @@ import (
 	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/codexrelay/codex-relay/internal/ratelimit"
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
 )
@@ -41,7 +43,7 @@ type Config struct {
 	// derives it from the relay's secret key, so every replica accepts the
 	// same sessions. Nil: a random key per process (sessions end with it).
 	SessionKey []byte
-	// Now is the clock (sessions, login rate limit, ages); time.Now when nil.
+	// Now is the clock (sessions, rate limits, ages); time.Now when nil.
 	Now func() time.Time
 	// Probe checks an account against its upstream now (its usage windows)
 	// and returns it as stored afterwards; a limited account whose reset
@@ -105,15 +107,19 @@ func (noRelay) ReplicaLiveSince() time.Time {
 }
 
 // Server is the HTTP front of the relay. Its fields are static after New;
-// sessions, limiter and signIns guard their own state.
+// sessions, the limiters, authFailures and signIns guard their own state.
 type Server struct {
 	cfg      Config
 	echo     *echo.Echo
 	metrics  *httpMetrics
 	sessions *sessions
-	limiter  *loginLimiter
-	log      *slog.Logger
-	signIns  *signIns // the console's sign-ins; ended by Close
+	limiter  *ratelimit.Limiter // console logins, every attempt counted
+	// apiFailures limits failed admin-token attempts on the admin API per
+	// client address; authFailures audits them, in aggregate.
+	apiFailures  *ratelimit.Limiter
+	authFailures *authFailures
+	log          *slog.Logger
+	signIns      *signIns // the console's sign-ins; ended by Close
 }
 
 // New builds the server and its routes.
@@ -153,15 +159,17 @@ func New(cfg Config) *Server {
 	e.HideBanner = true
 	e.HidePort = true
 	// The client address is the peer's: a forwarded-for header is the
-	// client's own claim and would let it dodge the login rate limit.
+	// client's own claim and would let it dodge the rate limits.
 	e.IPExtractor = echo.ExtractIPDirect()
 	s := &Server{
 		cfg: cfg, echo: e, log: cfg.Logger,
-		metrics:  newHTTPMetrics(cfg.Registry),
-		sessions: newSessions(cfg.SessionKey, cfg.AdminTokenHash, cfg.Now).keptIn(cfg.Store, cfg.Logger),
-		limiter:  newLoginLimiter(loginBurst, loginRefill, cfg.Now),
-		signIns:  newSignIns(),
+		metrics:     newHTTPMetrics(cfg.Registry),
+		sessions:    newSessions(cfg.SessionKey, cfg.AdminTokenHash, cfg.Now).keptIn(cfg.Store, cfg.Logger),
+		limiter:     ratelimit.New(loginBurst, loginRefill, cfg.Now),
+		apiFailures: ratelimit.New(apiFailureBurst, apiFailureRefill, cfg.Now),
+		signIns:     newSignIns(),
 	}
+	s.authFailures = newAuthFailures(failureWindow, cfg.Now, s.auditAuthFailures)
 	e.HTTPErrorHandler = s.handleError
 	s.routes()
 	return s
@@ -180,13 +188,37 @@ func (s *Server) adminToken(token string) bool {
 	return subtle.ConstantTimeCompare(sum[:], s.cfg.AdminTokenHash[:]) == 1
 }
 
+// Failed admin-token attempts on the admin API per client address: a burst
+// of apiFailureBurst, then one more every apiFailureRefill, the console
+// login's figures. Only failures count, so scripts with the right token are
+// never slowed; once an address has none left, its requests are refused with
+// 429, the right token's too, until the next one comes.
+const (
+	apiFailureBurst  = loginBurst
+	apiFailureRefill = loginRefill
+)
+
 // requireAdmin admits API requests bearing the admin token; their actions
-// are audited as actor "api".
+// are audited as actor "api". A request bearing another token is a failed
+// attempt: counted against its address (apiFailures) and audited in
+// aggregate (authFailures); a request without any is refused uncounted.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if token, ok := bearer(c.Request().Header.Get("Authorization")); ok && s.adminToken(token) {
-			c.Set(actorKey, actorAPI)
-			return next(c)
+		if token, ok := bearer(c.Request().Header.Get("Authorization")); ok {
+			addr := c.RealIP()
+			if ok, wait := s.apiFailures.Check(addr); !ok {
+				s.authFailures.add(addr, true)
+				secs := int(wait / time.Second)
+				c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
+				return &HTTPError{Status: http.StatusTooManyRequests, Code: "too_many_failures",
+					Msg: "too many failed admin-token attempts from your address: try again in " + strconv.Itoa(secs) + " s"}
+			}
+			if s.adminToken(token) {
+				c.Set(actorKey, actorAPI)
+				return next(c)
+			}
+			s.apiFailures.Take(addr)
+			s.authFailures.add(addr, false)
 		}
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="codex-relay admin"`)
 		return &HTTPError{Status: http.StatusUnauthorized, Code: "unauthorized", Msg: "admin token required (Authorization: Bearer <CODEX_RELAY_ADMIN_TOKEN>)"}

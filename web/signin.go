@@ -153,9 +153,13 @@ func (ss *signIns) list(now time.Time) []*signIn {
 }
 
 // Close ends the console's sign-ins under way and waits until their
-// goroutines have returned. Call it once the HTTP server has stopped
-// serving; the server must not be used afterwards.
-func (s *Server) Close() { s.signIns.close() }
+// goroutines have returned, and writes the failed admin-token attempts not
+// yet audited. Call it once the HTTP server has stopped serving, before the
+// store is closed; the server must not be used afterwards.
+func (s *Server) Close() {
+	s.signIns.close()
+	s.authFailures.close()
+}
 
 // signInForm is the sign-in form: where the account goes, as `accounts
 // login`'s flags say it (tags, organisation, priority, base URL, proxy), or

@@ -155,14 +155,27 @@ type adminToken struct {
 	fromEnv   bool   // the token is CODEX_RELAY_ADMIN_TOKEN
 }
 
+// minAdminTokenLen is the shortest admin token an operator may choose: the
+// API and the console limit guesses per address, not in total.
+const minAdminTokenLen = 16
+
+// checkAdminToken refuses an operator-chosen admin token (the variable, its
+// _FILE or admin_token in the configuration file) shorter than
+// minAdminTokenLen.
+func checkAdminToken(c cli) error {
+	if v := c.getenv("CODEX_RELAY_ADMIN_TOKEN"); v != "" && len(v) < minAdminTokenLen {
+		return fmt.Errorf("CODEX_RELAY_ADMIN_TOKEN (or CODEX_RELAY_ADMIN_TOKEN_FILE, or admin_token in the configuration file) "+
+			"has %d characters: it needs at least %d (try: openssl rand -base64 32), or unset it to have one generated", len(v), minAdminTokenLen)
+	}
+	return nil
+}
+
 // resolveAdminToken returns the token the API checks: CODEX_RELAY_ADMIN_TOKEN
-// when set; else the token generated on an earlier start (only its hash is
-// kept); else a new token, which is printed once to stdout (never logged).
-func resolveAdminToken(ctx context.Context, c cli, st *store.Store, log *slog.Logger) (adminToken, error) {
+// when set (checkAdminToken has passed it); else the token generated on an
+// earlier start (only its hash is kept); else a new token, which is printed
+// once to stdout (never logged).
+func resolveAdminToken(ctx context.Context, c cli, st *store.Store) (adminToken, error) {
 	if v := c.getenv("CODEX_RELAY_ADMIN_TOKEN"); v != "" {
-		if len(v) < 16 {
-			log.Warn("CODEX_RELAY_ADMIN_TOKEN is shorter than 16 characters; use a long random value")
-		}
 		return adminToken{hash: web.HashAdminToken(v), fromEnv: true}, nil
 	}
 	for range 2 {
@@ -203,13 +216,17 @@ func openStore(ctx context.Context, c cli, f dbFlags, log *slog.Logger, withoutS
 
 // openRelayStore is what serve and demo start from: the store opened and
 // migrated with its secret key, and the admin token (generated and printed
-// once when none is set).
+// once when none is set). A chosen admin token that is too short stops them
+// before the store is opened.
 func openRelayStore(ctx context.Context, c cli, f dbFlags, log *slog.Logger) (*store.Store, []byte, adminToken, error) {
+	if err := checkAdminToken(c); err != nil {
+		return nil, nil, adminToken{}, err
+	}
 	st, secret, err := openStoreWithKey(ctx, c, f, log, false)
 	if err != nil {
 		return nil, nil, adminToken{}, err
 	}
-	admin, err := resolveAdminToken(ctx, c, st, log)
+	admin, err := resolveAdminToken(ctx, c, st)
 	if err != nil {
 		st.Close()
 		return nil, nil, adminToken{}, err

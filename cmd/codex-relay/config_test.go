@@ -2,11 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/internal/logbuf"
 )
 
 // Logs are text on a terminal and JSON otherwise (auto), or as asked.
@@ -33,4 +41,50 @@ func TestNewLoggerFormats(t *testing.T) {
 	assert.Empty(t, buf.String(), "below the level")
 	_, err = newLogger(&buf, "json", "loud")
 	assert.Error(t, err)
+}
+
+// An operator-chosen admin token under 16 characters stops serve and demo
+// before they open the database, whichever way it was given: the variable,
+// its _FILE, or admin_token in the configuration file. The error names the
+// variable and the minimum.
+func TestShortAdminTokenStopsServeAndDemo(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tokenFile := writeFile(t, dir, "admin_token", "fifteen-chars!!\n", 0o600)
+	configFile := writeFile(t, dir, "relay.yaml", "admin_token: abc\n", 0o600)
+	for _, form := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		len  int
+	}{
+		{"variable", map[string]string{"CODEX_RELAY_ADMIN_TOKEN": "short-token"}, nil, 11},
+		{"file", map[string]string{"CODEX_RELAY_ADMIN_TOKEN_FILE": tokenFile}, nil, 15},
+		{"config file", nil, []string{"-config", configFile}, 3},
+	} {
+		for _, cmd := range []string{"serve", "demo"} {
+			t.Run(form.name+"/"+cmd, func(t *testing.T) {
+				t.Parallel()
+				db := filepath.Join(t.TempDir(), "relay.db")
+				env := map[string]string{"CODEX_RELAY_DATABASE_URL": db, "CODEX_RELAY_ADDR": "127.0.0.1:0"}
+				maps.Copy(env, form.env)
+				var out, errOut logbuf.Buffer
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				err := run(ctx, append(slices.Clone(form.args), cmd), cli{stdout: &out, stderr: &errOut,
+					getenv: func(k string) string { return env[k] }, listening: func(string) { cancel() }})
+				require.Error(t, err, "it must not start (and serve until stopped)")
+				assert.Contains(t, err.Error(), "CODEX_RELAY_ADMIN_TOKEN")
+				assert.Contains(t, err.Error(), fmt.Sprintf("has %d characters: it needs at least 16", form.len))
+				assert.NoFileExists(t, db, "refused before the database was opened")
+				assert.NotContains(t, out.String(), "Admin token", "no token generated instead")
+			})
+		}
+	}
+	ok := func(v string) error {
+		return checkAdminToken(cli{getenv: func(k string) string { return map[string]string{"CODEX_RELAY_ADMIN_TOKEN": v}[k] }})
+	}
+	assert.NoError(t, ok(strings.Repeat("x", 16)), "16 characters are enough")
+	assert.Error(t, ok(strings.Repeat("x", 15)))
+	assert.NoError(t, ok(""), "unset: one is generated")
 }

@@ -139,8 +139,8 @@ func withEnvNotes(usage func(), c cli) func() {
 		usage()
 		fmt.Fprint(c.stderr, `
 Environment, *_FILE or config file only (secrets are never flags):
-  CODEX_RELAY_ADMIN_TOKEN   admin API and console token; when unset one is generated,
-                            printed once and kept (hashed) in the database
+  CODEX_RELAY_ADMIN_TOKEN   admin API and console token (16+ characters); when unset one is
+                            generated, printed once and kept (hashed) in the database
   CODEX_RELAY_SECRET_KEY    key that encrypts account credentials at rest (16+ characters);
                             when unset with SQLite, a key file secret.key is generated beside
                             the database (mode 0600); required with PostgreSQL

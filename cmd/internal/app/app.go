@@ -198,7 +198,7 @@ func (r *Relay) Serve(ctx context.Context, grace time.Duration) error {
 	defer func() { stopRelay(); background.Wait() }()
 	err := serveUntilDone(ctx, r.hs, r.ln, grace, r.log, r.server)
 	r.server.Close() // WebSocket sessions are hijacked: Shutdown did not end them
-	r.web.Close()    // the console's sign-ins under way end
+	r.web.Close()    // the console's sign-ins under way end; failed admin-token attempts are audited
 	return err
 }
 
