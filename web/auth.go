@@ -61,7 +61,7 @@ func (s *Server) currentSession(c echo.Context) (session, bool) {
 	if err != nil {
 		return session{}, false
 	}
-	return s.sessions.verify(purposeSession, ck.Value)
+	return s.sessions.verify(c.Request().Context(), purposeSession, ck.Value)
 }
 
 // requireSession admits console requests of a logged-in operator; their
@@ -121,7 +121,7 @@ func (s *Server) checkCSRF(c echo.Context, want string) error {
 // setting its cookie) when there is none.
 func (s *Server) loginVisit(c echo.Context) session {
 	if ck, err := c.Cookie(loginCookie); err == nil {
-		if v, ok := s.sessions.verify(purposeLogin, ck.Value); ok {
+		if v, ok := s.sessions.verify(c.Request().Context(), purposeLogin, ck.Value); ok {
 			return v
 		}
 	}
@@ -175,7 +175,13 @@ func (s *Server) login(c echo.Context) error {
 		page.Error = "That is not the admin token."
 		return s.render(c, http.StatusUnauthorized, ui.LoginPage(page))
 	}
-	token, _ := s.sessions.issue(purposeSession, sessionTTL)
+	token, sess := s.sessions.issue(purposeSession, sessionTTL)
+	if _, ok := s.sessions.lookup(c.Request().Context(), sess.ID); !ok {
+		// Its row was not stored (the log says why): no replica would
+		// take the cookie, so say so here rather than loop to this page.
+		page.Error = "Signed in, but the database did not store the session: try again in a moment."
+		return s.render(c, http.StatusServiceUnavailable, ui.LoginPage(page))
+	}
 	s.setCookie(c, sessionCookie, token, sessionTTL)
 	s.clearCookie(c, loginCookie)
 	s.audit(c, "login", "", "")
@@ -184,10 +190,17 @@ func (s *Server) login(c echo.Context) error {
 
 // logout ends the session: the cookie is cleared and the session revoked.
 func (s *Server) logout(c echo.Context) error {
+	var err error
 	if sess, ok := c.Get(sessionKey).(session); ok {
-		s.sessions.revoke(sess)
+		err = s.sessions.revoke(c.Request().Context(), sess)
 	}
 	s.clearCookie(c, sessionCookie)
+	if err != nil {
+		// This browser is signed out; the session's row is not, so another
+		// replica would still take a copy of the cookie until it ends.
+		return &HTTPError{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
+			Msg: "signed out in this browser, but the database did not record it: the session still stands elsewhere until it ends; sign in and out again once the database answers"}
+	}
 	s.audit(c, "logout", "", "")
 	return c.Redirect(http.StatusSeeOther, "/admin/login")
 }

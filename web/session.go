@@ -133,7 +133,7 @@ func (ss *sessions) issue(purpose string, ttl time.Duration) (string, session) {
 
 // verify checks a token of purpose: its signature, its expiry and, for a
 // console session, that its row stands.
-func (ss *sessions) verify(purpose, token string) (session, bool) {
+func (ss *sessions) verify(ctx context.Context, purpose, token string) (session, bool) {
 	parts := strings.Split(token, ".")
 	if len(parts) != 4 || parts[0] != "v1" {
 		return session{}, false
@@ -153,7 +153,7 @@ func (ss *sessions) verify(purpose, token string) (session, bool) {
 	if purpose != purposeSession {
 		return s, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), sessionStoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, sessionStoreTimeout)
 	defer cancel()
 	return ss.lookup(ctx, id)
 }
@@ -202,16 +202,20 @@ func (ss *sessions) seen(ctx context.Context, s session) {
 	}
 }
 
-// revoke signs a session out on every replica: its row is revoked.
-func (ss *sessions) revoke(s session) {
+// revoke signs a session out on every replica: its row is revoked. An
+// error is a row the store did not take: the session may still stand
+// elsewhere until it ends.
+func (ss *sessions) revoke(ctx context.Context, s session) error {
 	if ss.store == nil {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), sessionStoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, sessionStoreTimeout)
 	defer cancel()
 	if err := ss.store.RevokeConsoleSession(ctx, s.ID, ss.now()); err != nil {
 		ss.log.Error("console sign-out: the session could not be revoked", "err", err)
+		return err
 	}
+	return nil
 }
 
 // noteSeen counts a console request as its session's activity (see

@@ -199,6 +199,21 @@ func TestSessionWithoutARowIsRefused(t *testing.T) {
 	assert.Empty(t, keys)
 }
 
+// A sign-in whose session row the database does not take says so (503),
+// instead of setting a cookie no replica would take and looping back to
+// the login page.
+func TestSignInWithoutTheDatabaseSaysSo(t *testing.T) {
+	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	srv, _ := consoleServer(t, s)
+	br := newBrowser(t, srv)
+	require.Equal(t, http.StatusOK, br.get("/admin/login").Code)
+	require.NoError(t, s.Close())
+	rec := br.post("/admin/login", url.Values{"token": {testAdminToken}, "next": {"/admin/"}})
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Contains(t, body(rec), "the database did not store the session")
+	assert.NotContains(t, br.cookies, sessionCookie, "no cookie for a session that does not stand")
+}
+
 // The cost of reading a session's row on every console request: verify,
 // signature and row, on each backend (the figure README gives).
 func BenchmarkSessionVerify(b *testing.B) {
@@ -209,7 +224,7 @@ func BenchmarkSessionVerify(b *testing.B) {
 			token, _ := ss.issue(purposeSession, time.Hour)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, ok := ss.verify(purposeSession, token); !ok {
+				if _, ok := ss.verify(context.Background(), purposeSession, token); !ok {
 					b.Fatal("the session does not stand")
 				}
 			}
