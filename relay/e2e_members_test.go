@@ -68,7 +68,11 @@ func TestMembersTheRelayDecidesOnAreReadOnce(t *testing.T) {
 
 	ws := h.dialWSWith("s", "t", http.Header{"Authorization": {"Bearer " + secret}})
 	for _, p := range append(probes, struct{ name, body, member string }{"type twice",
-		`{"model":"gpt-5.4","type":"response.create",` + input + `,"Type":"response.cancel"}`, "type"}) {
+		`{"model":"gpt-5.4","type":"response.create",` + input + `,"Type":"response.cancel"}`, "type"},
+		// The first type says "pass me through as I came"; an upstream
+		// reading the last would take an unpoliced request.
+		struct{ name, body, member string }{"a passed-through type, then response.create",
+			`{"type":"response.processed","model":"gpt-5.5-codex","service_tier":"priority",` + input + `,"type":"response.create"}`, "type"}) {
 		frame := p.body
 		if !strings.Contains(frame, `"type":"response.create"`) {
 			frame = `{"type":"response.create",` + strings.TrimPrefix(p.body, "{")

@@ -354,12 +354,12 @@ func (ws *wsSession) write(ctx context.Context, msg []byte) error {
 // reading: the write guard let it go.
 var errClientStalled = fmt.Errorf("the client stopped reading: %w", os.ErrDeadlineExceeded)
 
-// clientMeta is the part of a response.create the relay reads beyond the
-// request fields.
 // frameMembers are the members of a client's WebSocket message the relay
 // reads besides the request body's (continuity.DecidedMembers): its type.
 var frameMembers = []string{"type"}
 
+// clientMeta is the part of a response.create the relay reads beyond the
+// request fields.
 type clientMeta struct {
 	Type           string            `json:"type"`
 	ClientMetadata map[string]string `json:"client_metadata"`
@@ -385,6 +385,13 @@ func (ws *wsSession) serve(ctx context.Context, msg []byte) error {
 			return err
 		}
 		return nil
+	}
+	// The type decides whether the frame is a request, policed, or passed
+	// through as it came: the relay reads the first, an upstream may read
+	// another, so a frame must hold it once, as written, before either.
+	if err := continuity.CanonicalMembers(msg, "", frameMembers); err != nil {
+		f, _ := failureFor(bodyRefusal("the message is not a valid WebSocket message: ", err), s.cfg.Now())
+		return ws.write(ctx, f.wsEvent())
 	}
 	if !request {
 		ws.passThrough(ctx, typ, msg)
@@ -444,9 +451,6 @@ func (ws *wsSession) parse(msg []byte) (*request, error) {
 	var meta clientMeta
 	if err := json.Unmarshal(msg, &meta); err != nil {
 		return nil, refuse(http.StatusBadRequest, "invalid_json", "the message is not valid JSON")
-	}
-	if err := continuity.CanonicalMembers(msg, "", frameMembers); err != nil {
-		return nil, bodyRefusal("the message is not a valid response.create: ", err)
 	}
 	if meta.Type != wire.MessageResponseCreate {
 		return nil, refuse(http.StatusBadRequest, "unsupported_message", fmt.Sprintf("unsupported message type %q: send response.create", meta.Type))
