@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -107,5 +108,11 @@ func (s *Server) readRequestBody(w http.ResponseWriter, r *http.Request, limit i
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	w.Header().Del("Connection") // the body is in: the connection may serve the next request (see ServeHTTP)
+	if !utf8.Valid(b) {
+		// JSON is UTF-8 (RFC 8259). Forwarded, an upstream would read other
+		// text than the relay (encoding/json reads such bytes as U+FFFD), as
+		// over a WebSocket, whose text frame is closed with 1007 for it.
+		return nil, refuse(http.StatusBadRequest, "invalid_json", "the request body is not valid UTF-8")
+	}
 	return b, nil
 }

@@ -119,3 +119,22 @@ func TestInvalidUTF8TextFrameClosesWith1007(t *testing.T) {
 	assert.Equal(t, websocket.StatusInvalidFramePayloadData, websocket.CloseStatus(err), "%v", err)
 	assert.Empty(t, h.responseRecords(""), "nothing reached the upstream")
 }
+
+// The same over HTTP: a body that is not UTF-8 is refused 400 on every
+// client route that reads one, and reaches no upstream.
+func TestInvalidUTF8BodyIsRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	hdr := http.Header{"Content-Type": {"application/json"}, "session-id": {"s"}, "thread-id": {"t"}}
+	for path, body := range map[string]string{
+		"/backend-api/codex/responses":         `{"model":"gpt-5.4","input":"caf` + "\xe9" + `"}`,
+		"/v1/responses":                        `{"model":"gpt-5.4","service_tier":"priority` + "\xff" + `","input":"hi"}`,
+		"/backend-api/codex/responses/compact": `{"model":"gpt-5.4","input":"caf` + "\xe9" + `"}`,
+		"/v1/chat/completions":                 `{"model":"gpt-5.4","messages":[{"role":"user","content":"caf` + "\xe9" + `"}]}`,
+	} {
+		code, _, raw := h.raw(http.MethodPost, path, hdr, []byte(body))
+		assert.Equal(t, http.StatusBadRequest, code, "%s: %s", path, raw)
+		assert.Contains(t, raw, "not valid UTF-8", path)
+	}
+	assert.Empty(t, h.responseRecords(""), "nothing reached the upstream")
+}
