@@ -80,10 +80,14 @@ func forwardHeaders(dst, src http.Header) {
 		}
 	}
 	for k, vs := range src {
-		if n := headerName(k); droppedHeaders[n] || connListed[n] {
+		ck := http.CanonicalHeaderKey(k)
+		n := ck
+		if strings.IndexByte(k, '_') >= 0 {
+			n = headerName(k)
+		}
+		if droppedHeaders[n] || connListed[n] {
 			continue
 		}
-		ck := http.CanonicalHeaderKey(k)
 		dst[ck] = append([]string(nil), vs...)
 	}
 }
@@ -93,10 +97,7 @@ func forwardHeaders(dst, src http.Header) {
 // underscores_in_headers, CGI's HTTP_ variables, the relay's own session_id):
 // chatgpt_account_id is dropped as Chatgpt-Account-Id is.
 func headerName(k string) string {
-	if strings.IndexByte(k, '_') >= 0 {
-		k = strings.ReplaceAll(k, "_", "-")
-	}
-	return http.CanonicalHeaderKey(k)
+	return http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))
 }
 
 // Upstream reaches accounts over HTTP and WebSocket, each account through

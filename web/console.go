@@ -393,23 +393,11 @@ func (s *Server) diagnosticsView(ctx context.Context, q attemptQuery) (ui.Diagno
 			Outcome: strings.ReplaceAll(last.Class, "_", " "), Tone: classTone(last.Class),
 			URL: "/admin/diagnostics?" + url.Values{"request": {id}}.Encode(), RequestURL: requestURL(id)}
 		for _, a := range as {
-			r := ui.AttemptRow{Seq: a.Seq, Account: n.accountName(a.AccountID), Class: a.Class, Tone: classTone(a.Class),
-				Recovery: a.Recovery, Action: strings.ReplaceAll(a.Action, "_", " "), ErrorCode: a.ErrorCode, Detail: a.Detail,
-				Duration: span(a.EndedAt.Sub(a.StartedAt)), Started: stamp(a.StartedAt),
-				BarX: int(a.StartedAt.Sub(start) * 100 / total),
-				Matched: narrowed && (f.Class == "" || a.Class == f.Class) && (f.Recovery == "" || a.Recovery == f.Recovery) &&
-					(f.AccountID == "" || a.AccountID == f.AccountID)}
+			r := attemptRow(a, n)
+			r.Matched = narrowed && (f.Class == "" || a.Class == f.Class) && (f.Recovery == "" || a.Recovery == f.Recovery) &&
+				(f.AccountID == "" || a.AccountID == f.AccountID)
 			r.BarW = max(int(a.EndedAt.Sub(a.StartedAt)*100/total), 2)
-			r.BarX = min(r.BarX, 100-r.BarW)
-			if a.FromAccountID != "" {
-				r.From = n.accountName(a.FromAccountID)
-			}
-			if a.Status != 0 {
-				r.Status = strconv.Itoa(a.Status)
-			}
-			if a.FirstEvent > 0 {
-				r.FirstEvent = span(a.FirstEvent)
-			}
+			r.BarX = min(int(a.StartedAt.Sub(start)*100/total), 100-r.BarW)
 			t.Attempts = append(t.Attempts, r)
 		}
 		p.Requests = append(p.Requests, t)

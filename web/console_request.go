@@ -48,6 +48,23 @@ func (s *Server) requestPage(c echo.Context) error {
 	return s.render(c, http.StatusOK, ui.RequestPage(f, requestDetail(r, atts, n)))
 }
 
+// attemptRow is one attempt as the Diagnostics and request pages list it.
+func attemptRow(a store.Attempt, n names) ui.AttemptRow {
+	r := ui.AttemptRow{Seq: a.Seq, Account: n.accountName(a.AccountID), Class: a.Class, Tone: classTone(a.Class),
+		Recovery: a.Recovery, Action: strings.ReplaceAll(a.Action, "_", " "), ErrorCode: a.ErrorCode, Detail: a.Detail,
+		Duration: span(a.EndedAt.Sub(a.StartedAt)), Started: stamp(a.StartedAt)}
+	if a.FromAccountID != "" {
+		r.From = n.accountName(a.FromAccountID)
+	}
+	if a.Status != 0 {
+		r.Status = strconv.Itoa(a.Status)
+	}
+	if a.FirstEvent > 0 {
+		r.FirstEvent = span(a.FirstEvent)
+	}
+	return r
+}
+
 // requestDetail lays out one request and its attempts. Pure.
 func requestDetail(r store.RequestRecord, atts []store.Attempt, n names) ui.RequestDetail {
 	d := ui.RequestDetail{ID: r.ID, Started: stamp(r.StartedAt), Transport: r.Transport, Path: r.Path,
@@ -88,20 +105,9 @@ func requestDetail(r store.RequestRecord, atts []store.Attempt, n names) ui.Requ
 	}
 	sort.Slice(atts, func(i, j int) bool { return atts[i].Seq < atts[j].Seq })
 	for _, a := range atts {
-		row := ui.AttemptRow{Seq: a.Seq, Account: n.accountName(a.AccountID), Class: a.Class, Tone: classTone(a.Class),
-			Recovery: a.Recovery, Action: strings.ReplaceAll(a.Action, "_", " "), ErrorCode: a.ErrorCode, Detail: a.Detail,
-			Duration: span(a.EndedAt.Sub(a.StartedAt)), Started: stamp(a.StartedAt)}
+		row := attemptRow(a, n)
 		if a.AccountID != "" {
 			row.AccountURL = accountURL(a.AccountID)
-		}
-		if a.FromAccountID != "" {
-			row.From = n.accountName(a.FromAccountID)
-		}
-		if a.Status != 0 {
-			row.Status = strconv.Itoa(a.Status)
-		}
-		if a.FirstEvent > 0 {
-			row.FirstEvent = span(a.FirstEvent)
 		}
 		d.Attempts = append(d.Attempts, row)
 	}

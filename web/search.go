@@ -113,11 +113,10 @@ func (ix searchIndex) match(ctx context.Context, q string, prefix bool) ([]ui.Se
 // idHit is a thread or session found: where it is placed when a binding
 // holds it, else its requests.
 func idHit(kind string, f store.FoundID) ui.SearchHit {
-	param := map[string]string{"thread": "thread", "session": "session"}[kind]
-	h := ui.SearchHit{Kind: kind, Name: f.ID, ID: f.ID, Note: "where it is placed",
-		URL: "/admin/bindings?" + url.Values{param: {f.ID}}.Encode()}
+	q := url.Values{kind: {f.ID}}.Encode() // the Bindings and Requests pages filter by ?thread= and ?session=
+	h := ui.SearchHit{Kind: kind, Name: f.ID, ID: f.ID, Note: "where it is placed", URL: "/admin/bindings?" + q}
 	if !f.Bound {
-		h.Note, h.URL = "no binding now: its requests", "/admin/requests?"+url.Values{param: {f.ID}}.Encode()
+		h.Note, h.URL = "no binding now: its requests", "/admin/requests?"+q
 	}
 	return h
 }

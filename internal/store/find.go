@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -107,14 +108,6 @@ func found(set map[string]bool) []FoundID {
 	for id, bound := range set {
 		out = append(out, FoundID{ID: id, Bound: bound})
 	}
-	slices.SortFunc(out, func(a, b FoundID) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b FoundID) int { return strings.Compare(a.ID, b.ID) })
 	return out[:min(len(out), maxFound)]
 }
