@@ -220,7 +220,7 @@ func FuzzDecidedMembersReadOnce(f *testing.F) {
 		if json.Unmarshal(body, &last) != nil {
 			return
 		}
-		for _, name := range DecidedMembers {
+		for _, name := range decidedMembers {
 			first := firstMember(body, name)
 			if ref, ok := last[name]; ok != (first != nil) || ok && !bytes.Equal(bytes.TrimSpace(ref), first) {
 				t.Fatalf("%s of %q: the first occurrence %q, the last %q", name, body, first, ref)

@@ -15,7 +15,7 @@ import (
 // "ſ" for "s"). So each must appear once, spelled exactly and without
 // escapes in its name, or the request is refused (CanonicalMembers).
 var (
-	DecidedMembers = []string{"model", "previous_response_id", "prompt_cache_key", "conversation", "generate",
+	decidedMembers = []string{"model", "previous_response_id", "prompt_cache_key", "conversation", "generate",
 		"stream", "input", "service_tier", "reasoning", "client_metadata"}
 	decidedReasoning = []string{"effort"}
 	decidedMetadata  = []string{"x-codex-turn-state", "x-codex-turn-metadata", "traceparent", "tracestate"}

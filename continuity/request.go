@@ -54,7 +54,7 @@ func RequestFields(body []byte) (Fields, error) {
 			err = e
 		}
 	}
-	canon := canonical{names: DecidedMembers}
+	canon := canonical{names: decidedMembers}
 	_, ok := scanObject(body, func(tok []byte, escaped bool, m member) {
 		v := body[m.valStart:m.end]
 		canon.see(tok, escaped)

@@ -355,7 +355,7 @@ func (ws *wsSession) write(ctx context.Context, msg []byte) error {
 var errClientStalled = fmt.Errorf("the client stopped reading: %w", os.ErrDeadlineExceeded)
 
 // frameMembers are the members of a client's WebSocket message the relay
-// reads besides the request body's (continuity.DecidedMembers): its type.
+// reads besides the request body's (continuity.RequestFields reads those): its type.
 var frameMembers = []string{"type"}
 
 // clientMeta is the part of a response.create the relay reads beyond the
