@@ -51,6 +51,7 @@ func TestUpstreamErrorsNeverEchoACredential(t *testing.T) {
 				if c.name == "unauthorized" {
 					assert.Contains(t, raw, "the upstream account's credentials were refused", "the relay's own sentence: %s", raw)
 				}
+				h.waitRequest("t") // the log is written behind the answer, attempts with their request
 				atts, _, err := h.store.Attempts(context.Background(), store.AttemptFilter{Limit: 100})
 				require.NoError(t, err)
 				var details []string
@@ -61,6 +62,8 @@ func TestUpstreamErrorsNeverEchoACredential(t *testing.T) {
 				assert.NotContains(t, all, "LEAKED", "the attempt records mask it")
 				if c.name == "unauthorized" {
 					assert.Contains(t, all, "Incorrect API key provided: Bear***", "the upstream's message is kept for operators, masked")
+				} else {
+					assert.Contains(t, all, "sk-p***", "the upstream's message is kept for operators, masked: %s", all)
 				}
 			})
 		}
