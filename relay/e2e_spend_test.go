@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -445,7 +446,12 @@ func TestCodexCostLimitForTheREADMEModel(t *testing.T) {
 	assert.NotEqual(t, 0, second.ExitCode, "the limit refuses the second turn")
 	assert.Contains(t, strings.ToLower(strings.Join(second.Errors, " ")), "try again at", "Codex shows the key's reset: %v", second.Errors)
 
-	rows := requestRows(t, h.store, k.ID)
+	// The log is written behind the answers: wait for the refused turn's row.
+	var rows []store.RequestRecord
+	require.Eventually(t, func() bool {
+		rows = requestRows(t, h.store, k.ID)
+		return slices.ContainsFunc(rows, func(r store.RequestRecord) bool { return r.Status == http.StatusTooManyRequests })
+	}, time.Minute, 20*time.Millisecond, "the refused turn is logged")
 	var charged, unpriced int
 	for _, r := range rows {
 		if r.TotalTokens > 0 {
