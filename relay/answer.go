@@ -205,6 +205,12 @@ func failureFor(err error, now time.Time) (*failure, attemptClass) {
 		return relayFailure(http.StatusConflict, wire.TypeInvalidRequest, "continuity_owner_conflict",
 			fmt.Sprintf("this request's %s and %s belong to different accounts; nothing was sent upstream",
 				conflict.A.source.describe(), conflict.B.source.describe())), classConflict
+	case errors.As(err, &owner) && owner.Source == hardObject:
+		// Objects never move: the client is told to wait, never given a
+		// 404 from an account that lacks the object.
+		return relayFailure(http.StatusConflict, codeObjectUnavailable, codeObjectUnavailable,
+			"the account that holds this object cannot serve now ("+statusWords(owner)+"); objects live on the account "+
+				"that created them: try again later"), classNoAccount
 	case errors.As(err, &owner):
 		until := owner.Account.StatusUntil
 		if !until.IsZero() && until.After(now) {

@@ -36,6 +36,13 @@ func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
 	}
 	reserved, err := s.admitBudget(ctx, r)
 	r.reserved, log.rec.Reserved = reserved, reserved // settled (deleted) with the request's log row
+	if err == nil {
+		// Files the input references live on one account: hard evidence.
+		r.objectOwner, err = s.referencedAccount(ctx, r.client.scope(), r.body)
+	}
+	if err == nil && r.objectOwner == "" {
+		err = s.storedPrevious(ctx, r)
+	}
 	if err != nil {
 		f, class := failureFor(err, s.cfg.Now())
 		log.attempt(1, "", "", class, "", actionTerminal, f.status, f.code(), err.Error(), s.cfg.Now(), 0)
@@ -139,6 +146,9 @@ type requestLog struct {
 	// request's, when the client has its terminal event already.
 	status int
 	code   string
+	// object: the request is on an object route (objects.go), counted
+	// under its route, not as a Responses request.
+	object bool
 }
 
 // attempt records one attempt (account "" for a request selection refused).
@@ -245,6 +255,7 @@ func (l *requestLog) write() {
 	rec.ID, rec.ClientKeyID, rec.ThreadKey = r.id, r.client.key.ID, string(r.ident.Key)
 	rec.SessionID, rec.ThreadID, rec.Transport, rec.Path = r.ident.Session, r.ident.Thread, r.transport, r.path
 	rec.Model, rec.StartedAt, rec.Policy = r.asked, r.start, r.policy
+	rec.Route = cmp.Or(rec.Route, r.route())
 	rec.Duration = s.cfg.Now().Sub(r.start)
 	if l.last != nil {
 		s.charge(ctx, r, &rec, &l.last.tr, l.last.tr.work || l.last.tr.usage)
@@ -256,6 +267,10 @@ func (l *requestLog) write() {
 		}
 	}
 	s.requestLog.add(store.LoggedRequest{Request: rec, Attempts: l.attempts})
+	if l.object {
+		s.metrics.objects.WithLabelValues(rec.Route, statusClass(rec.Status)).Inc()
+		return
+	}
 	outcome := "ok"
 	switch {
 	case rec.Status == statusClientClosed:

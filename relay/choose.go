@@ -154,7 +154,7 @@ func (s *Server) selectAndClaim(p plan, in selectInput) (selection, func(), erro
 // turn state, who alone can continue its previous_response_id, the lane's
 // account, and the organisation of the thread's ciphertext.
 func (s *Server) evidenceOf(r *request, p plan, rows []store.Binding, lane string) evidenceInput {
-	in := evidenceInput{rows: rows, ident: r.ident, lane: lane}
+	in := evidenceInput{rows: rows, ident: r.ident, lane: lane, objectOwner: r.objectOwner}
 	if r.turnState != "" && !p.released {
 		if o, ok := s.owners.get(turnStateKey(r.turnState)); ok && o.scope == r.client.scope() {
 			in.turnStateOwner = o.account

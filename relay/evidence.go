@@ -15,6 +15,7 @@ const (
 	hardPreviousResponse hardSource = "previous_response" // only the account that produced previous_response_id can continue it
 	hardThreadPin        hardSource = "raw_thread"        // an operator's pin of the thread
 	hardSessionPin       hardSource = "raw_session"       // an operator's pin of the session (or an imported raw row)
+	hardObject           hardSource = "object"            // the object (a file, a stored response) the request names lives on one account
 )
 
 // describe says what a source is in words a client may read: no ids.
@@ -26,6 +27,8 @@ func (h hardSource) describe() string {
 		return "its previous_response_id"
 	case hardThreadPin, hardSessionPin:
 		return "the account an operator pinned this conversation to"
+	case hardObject:
+		return "the file or stored response it references"
 	}
 	return string(h)
 }
@@ -58,6 +61,9 @@ type evidenceInput struct {
 	// prevOwner produced previous_response_id and is the only account that
 	// can continue it ("": none, or continuity can rebuild the request).
 	prevOwner string
+	// objectOwner holds the objects the request names or references (its
+	// files, a stored response): only that account can read them ("": none).
+	objectOwner string
 	// lane is the account of the thread's live lane ("": none).
 	lane         string
 	organization string
@@ -117,6 +123,18 @@ func weighEvidence(in evidenceInput) (hardOwner, preferences, error) {
 	}
 	ts := hardOwner{account: in.turnStateOwner, source: hardTurnState}
 	prev := hardOwner{account: in.prevOwner, source: hardPreviousResponse}
+	if obj := (hardOwner{account: in.objectOwner, source: hardObject}); obj.account != "" {
+		// A referenced file can be read only where it lives: it outranks
+		// a pin (which can move the thread, not the file) and conflicts
+		// with a turn state or a previous_response_id issued elsewhere.
+		switch {
+		case ts.account != "" && ts.account != obj.account:
+			return hardOwner{}, prefs, &conflictError{A: ts, B: obj}
+		case prev.account != "" && prev.account != obj.account:
+			return hardOwner{}, prefs, &conflictError{A: prev, B: obj}
+		}
+		return obj, prefs, nil
+	}
 	switch {
 	case ts.account != "" && prev.account != "" && ts.account != prev.account:
 		return hardOwner{}, prefs, &conflictError{A: ts, B: prev}

@@ -26,6 +26,10 @@ type metrics struct {
 	logDropped  prometheus.Counter   // request log rows given up
 	// bindingsDropped counts binding writes given up.
 	bindingsDropped prometheus.Counter
+	// objects counts requests on the object routes, by route and status
+	// class; dropped counts the analytics requests the relay kept.
+	objects *prometheus.CounterVec
+	dropped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -57,8 +61,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Request log rows given up: the database refused them for what they hold, or did not take them before the queue filled or the relay stopped."}),
 		bindingsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "codex_relay_binding_writes_dropped_total",
 			Help: "Binding writes given up: the database refused them for what they hold, or did not take them within 10 minutes, before the queue filled or before the relay stopped."}),
+		objects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "codex_relay_object_requests_total",
+			Help: "Requests on the object routes (images, files, stored responses, embeddings, audio, memories), by route and status class (2xx, 4xx, 5xx)."},
+			[]string{"route", "status"}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "codex_relay_analytics_dropped_total",
+			Help: "Codex analytics event requests the relay accepted and dropped (never forwarded upstream)."}),
 	}
 	m.eventsHTTP, m.eventsWS = m.events.WithLabelValues("http"), m.events.WithLabelValues("ws")
-	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes, m.tokens, m.cost, m.keyRefused, m.keyRejected, m.budgetUse, m.logDropped, m.bindingsDropped)
+	reg.MustRegister(m.requests, m.attempts, m.firstEvent, m.duration, m.events, m.lanes, m.tokens, m.cost, m.keyRefused, m.keyRejected, m.budgetUse, m.logDropped, m.bindingsDropped, m.objects, m.dropped)
 	return m
 }

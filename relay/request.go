@@ -3,6 +3,7 @@ package relay
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/codexrelay/codex-relay/bridge"
@@ -50,6 +51,10 @@ type request struct {
 	// response and then the new items, from continuity; nil when continuity
 	// does not hold the chain.
 	history []json.RawMessage
+	// objectOwner is the account of the objects the request names or
+	// references (files, a stored response), which alone can read them
+	// ("": none; see referencedAccount).
+	objectOwner string
 	// bindingsAhead is the thread's bindings, being read while the
 	// request waits for its lane lease; its first choice takes them.
 	bindingsAhead *bindingsRead
@@ -87,6 +92,18 @@ func (s *Server) newRequest(transport, path, sub string, cl client, ident Identi
 // request's previous_response_id, so the full request can go anywhere.
 func (r *request) rebuildable() bool {
 	return r.fields.PreviousResponseID != "" && r.history != nil
+}
+
+// route names the request in the request log: "responses",
+// "responses.compact" or "chat.completions".
+func (r *request) route() string {
+	switch {
+	case r.sub == "/compact":
+		return "responses.compact"
+	case strings.HasSuffix(r.path, "/chat/completions"):
+		return "chat.completions"
+	}
+	return "responses"
 }
 
 func (r *request) contKey() continuity.Key {

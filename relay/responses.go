@@ -75,6 +75,10 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 		s.writeFailure(w, err)
 		return
 	}
+	if sub == "" && !fields.Stream && isBackground(pol.body) {
+		s.serveBackground(w, r, cl, ident, pol)
+		return
+	}
 	header := r.Header.Clone()
 	header.Del(HeaderHop)
 	// A request that asks for no stream gets the JSON response object, which

@@ -35,6 +35,10 @@ type Config struct {
 	StreamIdleTimeout time.Duration
 	// MaxBodyBytes bounds a request body after decompression. Default 64 MiB.
 	MaxBodyBytes int64
+	// MaxUploadBytes bounds an upload on the object routes (files,
+	// transcriptions, image edits), streamed upstream as it comes, never
+	// held. Default 512 MiB (OpenAI's file limit).
+	MaxUploadBytes int64
 	// BodyReadTimeout bounds reading a client request's body (large
 	// histories take a while on slow links; a client that trickles its body
 	// is cut). Default 2m.
@@ -176,6 +180,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 20
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = 512 << 20
 	}
 	if cfg.HangUpAfter <= 0 || cfg.HangUpAfter >= hearOutFor {
 		cfg.HangUpAfter = hangUpAfter
@@ -410,6 +417,9 @@ func (s *Server) housekeep(ctx context.Context) {
 	if _, err := s.cfg.Store.DeleteEndedConsoleSessions(ctx, now); err != nil && ctx.Err() == nil {
 		s.log.Warn("delete ended console sessions", "err", err)
 	}
+	if _, err := s.cfg.Store.DeleteExpiredObjects(ctx, now); err != nil && ctx.Err() == nil {
+		s.log.Warn("delete expired objects", "err", err)
+	}
 	s.leased.Range(func(k, v any) bool {
 		if now.Sub(v.(leaseSeen).at) > leaseTTL {
 			s.leased.Delete(k)
@@ -440,6 +450,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rest, ok := cutPrefix(r.URL.Path, "/backend-api/codex", "/v1")
 	if !ok {
+		// The ChatGPT backend's own routes, beside its /codex (Codex's
+		// file uploads and analytics, at its chatgpt_base_url).
+		if rest, ok := cutPrefix(r.URL.Path, "/backend-api"); ok {
+			if rt, id, ok := matchObjectRoute(r.Method, rest, true); ok {
+				s.serveObject(w, r, rt, id, rest)
+				return
+			}
+		}
 		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "not_found", Message: "no such route"})
 		return
 	}
@@ -456,6 +474,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveChatCompletions(w, r)
 	case strings.HasPrefix(rest, "/thread/goal/") && r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/backend-api/codex/"):
 		s.serveGoal(w, r, strings.TrimPrefix(rest, "/thread/goal/"))
+	case s.serveObjectRoute(w, r, rest):
 	case rest == "/responses":
 		w.Header().Set("Allow", "GET, POST")
 		writeError(w, http.StatusMethodNotAllowed, apiError{Type: "invalid_request_error", Code: "method_not_allowed", Message: "use POST (or a WebSocket upgrade)"})

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -158,6 +159,11 @@ type requestView struct {
 	Charged         bool    `json:"charged"`
 	FirstOutputMS   *int64  `json:"first_output_ms"`
 	Policy          string  `json:"policy"`
+	// Route names what the request was (responses, images.generations,
+	// files.create, responses.get, ...); ObjectID the object it named or
+	// created, if any.
+	Route    string `json:"route"`
+	ObjectID string `json:"object_id,omitempty"`
 }
 
 func viewRequest(r store.RequestRecord) requestView {
@@ -169,6 +175,7 @@ func viewRequest(r store.RequestRecord) requestView {
 	v.ModelServed, v.ServiceTier, v.ReasoningTokens, v.TotalTokens = r.ModelServed, r.ServiceTier, r.ReasoningTokens, r.TotalTokens
 	v.CostUSD, v.Charged, v.FirstOutputMS, v.Policy = float64(r.CostNanos)/1e9, r.Charged, optMillis(r.FirstOutput), r.Policy
 	v.Unpriced = r.Unpriced
+	v.Route, v.ObjectID = cmp.Or(r.Route, "responses"), r.ObjectID
 	return v
 }
 

@@ -52,6 +52,11 @@ type RequestRecord struct {
 	// Reserved reports that the request holds a budget reservation, which
 	// its log row settles (deletes) in the same transaction.
 	Reserved bool
+	// Route names what the request was: "responses" (or "" in rows from
+	// before routes were recorded), "images.generations", "files.create",
+	// "responses.get"...; ObjectID is the object it named or created.
+	Route    string
+	ObjectID string
 }
 
 type requestRow struct {
@@ -82,6 +87,8 @@ type requestRow struct {
 	Unpriced     int    `db:"unpriced"`
 	FirstOutMS   *int64 `db:"first_output_ms"`
 	Policy       string `db:"policy"`
+	Route        string `db:"route"`
+	ObjectID     string `db:"object_id"`
 }
 
 func (r requestRow) record() RequestRecord {
@@ -91,7 +98,7 @@ func (r requestRow) record() RequestRecord {
 		Duration: time.Duration(r.DurationMS) * time.Millisecond, InputTokens: r.InputTokens,
 		OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens, ModelServed: r.ModelServed, ServiceTier: r.ServiceTier,
 		ReasoningTokens: r.Reasoning, TotalTokens: r.TotalTokens, CostNanos: r.CostNanos, Charged: r.Charged != 0, Unpriced: r.Unpriced != 0,
-		Policy: r.Policy}
+		Policy: r.Policy, Route: r.Route, ObjectID: r.ObjectID}
 	if r.FirstEventMS != nil {
 		out.FirstEvent = time.Duration(*r.FirstEventMS) * time.Millisecond
 	}
@@ -103,7 +110,8 @@ func (r requestRow) record() RequestRecord {
 
 const requestColumns = `id, client_key_id, thread_key, session_id, thread_id, account_id, transport, path, model,
 	status, error_code, recovery, started_at, first_event_ms, duration_ms, input_tokens, output_tokens, cached_tokens,
-	model_served, service_tier, reasoning_tokens, total_tokens, cost_nanos, charged, first_output_ms, policy, unpriced`
+	model_served, service_tier, reasoning_tokens, total_tokens, cost_nanos, charged, first_output_ms, policy, unpriced,
+	route, object_id`
 
 const attemptColumns = `id, request_id, seq, thread_key, session_id, thread_id, account_id, from_account_id, transport,
 	class, recovery, action, status, error_code, detail, started_at, ended_at, first_event_ms`
@@ -113,8 +121,8 @@ const (
 	insertRequest = `INSERT INTO requests (id, client_key_id, thread_key, session_id, thread_id,
 		account_id, transport, path, model, status, error_code, recovery, started_at, first_event_ms, duration_ms,
 		input_tokens, output_tokens, cached_tokens, model_served, service_tier, reasoning_tokens, total_tokens,
-		cost_nanos, charged, first_output_ms, policy, unpriced)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		cost_nanos, charged, first_output_ms, policy, unpriced, route, object_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`
 	// settleReservation ends a request's budget reservation: its use is now
 	// in its log row, written in the same transaction.
@@ -192,7 +200,7 @@ func logRequest(ctx context.Context, exec execFunc, r RequestRecord) error {
 		r.ID, r.ClientKeyID, r.ThreadKey, r.SessionID, r.ThreadID, r.AccountID, r.Transport, r.Path, r.Model,
 		r.Status, r.ErrorCode, r.Recovery, r.StartedAt.UnixMilli(), optMillis(r.FirstEvent), r.Duration.Milliseconds(),
 		r.InputTokens, r.OutputTokens, r.CachedTokens, r.ModelServed, r.ServiceTier, r.ReasoningTokens, r.TotalTokens,
-		r.CostNanos, charged, optMillis(r.FirstOutput), r.Policy, unpriced)
+		r.CostNanos, charged, optMillis(r.FirstOutput), r.Policy, unpriced, r.Route, r.ObjectID)
 	if err != nil {
 		return fmt.Errorf("log request: %w", err)
 	}
