@@ -205,6 +205,15 @@ type Config struct {
 	// MaxRecords bounds the request records kept; the oldest are dropped
 	// first. Default 10000.
 	MaxRecords int
+	// MaxObjects bounds the objects kept per account and kind (files,
+	// stored responses, realtime calls); past it the oldest is dropped
+	// (a background response still running is cancelled). Default 1000.
+	MaxObjects int
+	// MaxFileBytes bounds one uploaded file (POST .../files, the upload
+	// URL of /backend-api/files) and the file parts of multipart requests,
+	// which are read as they stream in; past it the answer is 413.
+	// Default 64 MiB.
+	MaxFileBytes int64
 	// Stateless makes WebSocket connections keep no response chains: every
 	// previous_response_id is not found, as on upstreams that serve each
 	// request on its own.
@@ -232,6 +241,12 @@ func (c *Config) withDefaults() {
 	}
 	if c.MaxRecords <= 0 {
 		c.MaxRecords = 10000
+	}
+	if c.MaxObjects <= 0 {
+		c.MaxObjects = 1000
+	}
+	if c.MaxFileBytes <= 0 {
+		c.MaxFileBytes = 64 << 20
 	}
 }
 

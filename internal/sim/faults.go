@@ -15,7 +15,8 @@ type FaultKind string
 // Fault kinds. Unless noted, a fault applies to response requests (POST
 // .../responses, POST .../responses/compact, and each WebSocket
 // response.create), and an HTTP status answer becomes an `error` event with
-// that status over the WebSocket.
+// that status over the WebSocket. A fault with a Route applies to the
+// requests of that route instead (see Fault.Route).
 const (
 	// FaultUsageLimit answers 429 usage_limit_reached with plan_type,
 	// resets_at and resets_in_seconds (ResetsIn from now; default the
@@ -81,6 +82,16 @@ type Fault struct {
 	Account string `json:"account,omitempty"`
 	// Transport limits the fault to "http" or "ws"; empty: both.
 	Transport Transport `json:"transport,omitempty"`
+	// Route limits the fault to the requests of one route; empty: the
+	// response requests (RouteResponses and RouteCompact), as before
+	// routes had faults. On an object route (RouteFiles, RouteImagesEdits,
+	// RouteResponseGet, ...) the error kinds answer with their status and
+	// body, cut_stream sends the answer's headers and half its body (Events
+	// events of a streamed one) and drops the connection, and stall sends
+	// the headers and then nothing. On RouteRealtime, error kinds and
+	// refuse_websocket refuse the upgrade, and cut_stream closes the
+	// connection after Events server events.
+	Route Route `json:"route,omitempty"`
 	// After lets this many matching requests through before the fault fires.
 	After int `json:"after,omitempty"`
 	// Times is how often the fault fires before it retires; zero: forever.
@@ -160,6 +171,17 @@ func (f *Fault) validate() error {
 	if f.Kind == FaultRefuseWebSocket && f.Transport == TransportHTTP {
 		return fmt.Errorf("fault %s: applies to WebSocket handshakes only", f.Kind)
 	}
+	if f.Route != "" && !faultRoutes[f.Route] {
+		return fmt.Errorf("fault %s: route %q has no faults", f.Kind, f.Route)
+	}
+	switch {
+	case f.Kind == FaultRefuseWebSocket && f.Route != "" && f.Route != RouteResponses && f.Route != RouteRealtime:
+		return fmt.Errorf("fault %s: applies to the responses and realtime WebSocket handshakes only", f.Kind)
+	case f.Kind == FaultWebSocketMaxAge && f.Route != "" && f.Route != RouteResponses:
+		return fmt.Errorf("fault %s: applies to the responses WebSocket only", f.Kind)
+	case f.InStream && f.Route != "" && f.Route != RouteResponses && f.Route != RouteCompact:
+		return fmt.Errorf("fault %s: in_stream applies to response requests only", f.Kind)
+	}
 	if f.InStream {
 		switch f.Kind {
 		case FaultUsageLimit, FaultSharingCap, FaultRateLimit, FaultInsufficientQuota, FaultServerError, FaultOverloaded:
@@ -176,16 +198,35 @@ func (f *Fault) appliesToHandshake() bool {
 	return f.Kind == FaultRefuseWebSocket || f.Kind == FaultWebSocketMaxAge
 }
 
+// faultRoutes are the routes a Fault may name.
+var faultRoutes = map[Route]bool{
+	RouteResponses: true, RouteCompact: true, RouteModels: true, RouteUsage: true,
+	RouteImagesGenerations: true, RouteImagesEdits: true, RouteFiles: true, RouteFileList: true,
+	RouteFileGet: true, RouteFileContent: true, RouteFileDelete: true, RouteFileCreate: true,
+	RouteFileBlob: true, RouteFileUploaded: true, RouteResponseGet: true, RouteResponseDelete: true,
+	RouteResponseCancel: true, RouteResponseInput: true, RouteEmbeddings: true, RouteTranscriptions: true,
+	RouteSpeech: true, RouteMemories: true, RouteRealtime: true, RouteRealtimeCalls: true, RouteAnalytics: true,
+}
+
 // faultSite describes the event a fault is checked against.
 type faultSite struct {
 	account   string
 	transport Transport
+	route     Route
 	handshake bool
 	prewarm   bool
 }
 
 func (f *Fault) matches(s faultSite) bool {
-	if f.appliesToHandshake() != s.handshake {
+	if f.Route == "" {
+		if s.route != RouteResponses && s.route != RouteCompact {
+			return false
+		}
+	} else if f.Route != s.route {
+		return false
+	}
+	// The realtime handshake is where every realtime fault is checked.
+	if s.route != RouteRealtime && f.appliesToHandshake() != s.handshake {
 		return false
 	}
 	if f.Account != "" && f.Account != s.account {

@@ -386,7 +386,7 @@ func TestFaultRate(t *testing.T) {
 	require.NoError(t, err)
 	fired := map[FaultKind]int{}
 	for range 4100 {
-		f, ok := fs.check(faultSite{account: "a1", transport: TransportHTTP})
+		f, ok := fs.check(faultSite{account: "a1", transport: TransportHTTP, route: RouteResponses})
 		require.True(t, ok, "the second fault fires whenever the first does not")
 		fired[f.Kind]++
 	}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -48,7 +49,11 @@ func (s *Server) readResponseRequest(w http.ResponseWriter, r *http.Request, kin
 	return acct, req
 }
 
-// handleResponses serves POST {base}/responses as an SSE stream.
+// handleResponses serves POST {base}/responses: as an SSE stream, or as
+// JSON for an explicit "stream": false. store:true keeps the response on
+// the account (GET .../responses/{id}); background:true runs it detached
+// (runBackground): without stream the answer is the queued response
+// object at once, with stream the events follow the run.
 func (s *Server) handleResponses(kind Kind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ref := s.rec.add(headerRecord(r, RecordHTTP, TransportHTTP, RouteResponses, s.cfg.Now()))
@@ -56,10 +61,49 @@ func (s *Server) handleResponses(kind Kind) http.HandlerFunc {
 		if req == nil {
 			return
 		}
-		v := s.decide(call{transport: TransportHTTP, account: acct.ID, req: req, ref: ref})
+		var prev func(string) (int, bool)
+		if !s.cfg.Stateless {
+			prev = s.storedContext(acct.ID) // only stored responses are known over HTTP
+		}
+		v := s.decide(call{transport: TransportHTTP, account: acct.ID, req: req, ref: ref, prev: prev})
 		if v.err != nil {
 			ref.fail(v.status, *v.err, s.cfg.Now())
+			if v.objErr != nil {
+				v.rateLimits.SetHeaders(w.Header())
+				writeJSON(w, v.status, object{"error": v.objErr})
+				return
+			}
 			writeError(w, v.status, *v.err, &v.rateLimits)
+			return
+		}
+		c := &objectCall{s: s, w: w, r: r, ref: ref, acct: acct, rl: v.rateLimits, fault: v.fault}
+		if req.Background && !req.stores() {
+			c.fail(http.StatusBadRequest, invalidRequest("Background responses require store to be true.", "background"))
+			return
+		}
+		ref.update(func(rec *Record) { rec.ResponseID = v.responseID })
+		var sr *storedResponse
+		if req.stores() {
+			status := StatusInProgress
+			if req.Background {
+				status = StatusQueued
+			}
+			sr = s.storeResponse(acct.ID, req, &v, status)
+			c.noteObject(v.responseID)
+			if req.Background && !s.runBackground(sr, v) {
+				c.fail(http.StatusServiceUnavailable, apiError{Message: "the simulated upstream is closed", Type: wire.TypeServerError})
+				return
+			}
+		}
+		if req.Background && !req.Stream {
+			s.mu.Lock()
+			obj := sr.objectLocked()
+			s.mu.Unlock()
+			c.answerJSON(http.StatusOK, obj)
+			return
+		}
+		if !req.Background && req.StreamSet && !req.Stream {
+			s.answerResponseJSON(c, &v, sr)
 			return
 		}
 		ctx, cancel := s.requestContext(r)
@@ -78,7 +122,6 @@ func (s *Server) handleResponses(kind Kind) http.HandlerFunc {
 			ref.update(func(rec *Record) { rec.TurnStateSent = turnState })
 		}
 		h.Set(wire.HeaderTurnState, turnState)
-		ref.update(func(rec *Record) { rec.ResponseID = v.responseID })
 		w.WriteHeader(http.StatusOK)
 		sk := &sseSink{rc: http.NewResponseController(w), sse: wire.NewSSEWriter(w), timeout: s.cfg.WriteTimeout}
 		// The server does not reset a write deadline between requests of a
@@ -86,7 +129,16 @@ func (s *Server) handleResponses(kind Kind) http.HandlerFunc {
 		defer func() { _ = sk.rc.SetWriteDeadline(time.Time{}) }()
 		_ = sk.sse.Flush()
 
-		outcome := s.stream(ctx, sk, v.events, &v, ref)
+		var outcome string
+		switch {
+		case req.Background:
+			outcome = s.follow(ctx, sk, sr, -1, v.fault, ref)
+		case sr != nil:
+			outcome = s.stream(ctx, teeSink{sink: sk, store: storeSink{s: s, sr: sr}}, v.events, &v, ref)
+			s.endStored(sr)
+		default:
+			outcome = s.stream(ctx, sk, v.events, &v, ref)
+		}
 		ref.finish(http.StatusOK, outcome, s.cfg.Now())
 		switch outcome {
 		case OutcomeCompleted, OutcomeFailed, OutcomeOK:
@@ -97,6 +149,50 @@ func (s *Server) handleResponses(kind Kind) http.HandlerFunc {
 			panic(http.ErrAbortHandler)
 		}
 	}
+}
+
+// answerResponseJSON answers a "stream": false request with the finished
+// response object, after running its script (delay and gap included) as a
+// stream would; a cut or stall drops the connection without an answer.
+func (s *Server) answerResponseJSON(c *objectCall, v *verdict, sr *storedResponse) {
+	ctx, cancel := s.requestContext(c.r)
+	defer cancel()
+	col := &collectSink{}
+	var sk sink = col
+	if sr != nil {
+		sk = teeSink{sink: col, store: storeSink{s: s, sr: sr}}
+	}
+	outcome := s.stream(ctx, sk, v.events, v, c.ref)
+	if sr != nil {
+		s.endStored(sr)
+	}
+	switch outcome {
+	case OutcomeCompleted, OutcomeFailed:
+	default:
+		c.ref.finish(0, outcome, s.cfg.Now())
+		panic(http.ErrAbortHandler)
+	}
+	var env struct {
+		Response json.RawMessage `json:"response"`
+	}
+	_ = json.Unmarshal(col.last, &env)
+	h := c.w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Request-Id", "req_"+randomHex(12))
+	c.rl.SetHeaders(h)
+	c.w.WriteHeader(http.StatusOK)
+	_, _ = c.w.Write(env.Response)
+}
+
+// collectSink keeps the last event sent through it.
+type collectSink struct{ last []byte }
+
+func (k *collectSink) send(ctx context.Context, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k.last = data
+	return nil
 }
 
 // handleCompact serves the legacy POST {base}/responses/compact: the same

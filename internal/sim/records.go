@@ -36,6 +36,29 @@ const (
 	RouteGoalSet   Route = "thread/goal/set"
 	RouteGoalClear Route = "thread/goal/clear"
 	RouteUnknown   Route = "unknown"
+
+	// Object routes, under both prefixes unless noted (see routes).
+	RouteImagesGenerations Route = "images/generations"    // POST {p}/images/generations
+	RouteImagesEdits       Route = "images/edits"          // POST {p}/images/edits (JSON or multipart)
+	RouteFiles             Route = "files"                 // POST {p}/files (multipart upload)
+	RouteFileList          Route = "files/list"            // GET {p}/files
+	RouteFileGet           Route = "files/get"             // GET {p}/files/{id}
+	RouteFileContent       Route = "files/content"         // GET {p}/files/{id}/content
+	RouteFileDelete        Route = "files/delete"          // DELETE {p}/files/{id}
+	RouteFileCreate        Route = "files/create"          // POST /backend-api/files (ChatGPT upload flow)
+	RouteFileBlob          Route = "files/blob"            // PUT and GET of the upload URL /_sim/blob/{id}
+	RouteFileUploaded      Route = "files/uploaded"        // POST /backend-api/files/{id}/uploaded
+	RouteResponseGet       Route = "responses/get"         // GET {p}/responses/{id} (JSON, or SSE with ?stream=true)
+	RouteResponseDelete    Route = "responses/delete"      // DELETE {p}/responses/{id}
+	RouteResponseCancel    Route = "responses/cancel"      // POST {p}/responses/{id}/cancel
+	RouteResponseInput     Route = "responses/input_items" // GET {p}/responses/{id}/input_items
+	RouteEmbeddings        Route = "embeddings"            // POST {p}/embeddings
+	RouteTranscriptions    Route = "audio/transcriptions"  // POST {p}/audio/transcriptions (multipart)
+	RouteSpeech            Route = "audio/speech"          // POST {p}/audio/speech
+	RouteMemories          Route = "memories/trace_summarize"
+	RouteRealtime          Route = "realtime"       // GET {p}/realtime WebSocket (handshake and messages)
+	RouteRealtimeCalls     Route = "realtime/calls" // POST {p}/realtime/calls (SDP offer)
+	RouteAnalytics         Route = "analytics"      // POST /backend-api/codex/analytics-events/events
 )
 
 // Outcomes of a record.
@@ -111,6 +134,16 @@ type Record struct {
 	RequestKind string `json:"request_kind,omitempty"`
 	// GoalThreadID is the threadId of a goal route's payload.
 	GoalThreadID string `json:"goal_thread_id,omitempty"`
+	// ObjectID is the object a request to an object route names in its
+	// path (a file, a stored response, a realtime call), or the one it
+	// created (a file upload, a stored or background response, a call).
+	ObjectID string `json:"object_id,omitempty"`
+	// MessageType is the type of a Realtime client event (RouteRealtime
+	// messages).
+	MessageType string `json:"message_type,omitempty"`
+	// FileIDs are the file ids a request's body refers to: input_file and
+	// input_image parts of a response request, images of an image edit.
+	FileIDs []string `json:"file_ids,omitempty"`
 
 	// Outcome.
 	Status       int       `json:"status"`
@@ -268,6 +301,7 @@ func (r *Record) clone() Record {
 	c.InputTypes = slices.Clone(r.InputTypes)
 	c.ToolOutputs = slices.Clone(r.ToolOutputs)
 	c.EventTypes = slices.Clone(r.EventTypes)
+	c.FileIDs = slices.Clone(r.FileIDs)
 	if r.Generate != nil {
 		g := *r.Generate
 		c.Generate = &g
@@ -333,6 +367,7 @@ func (ref recordRef) noteRequest(req *responseRequest) {
 		r.PromptCacheKey = req.PromptCacheKey
 		r.PreviousResponseID = req.PreviousResponseID
 		r.Stream = req.Stream
+		r.FileIDs = req.fileIDs
 		if req.Generate != nil {
 			g := *req.Generate
 			r.Generate = &g

@@ -30,11 +30,33 @@ type responseRequest struct {
 	Instructions       string                     `json:"instructions"`
 	ServiceTier        string                     `json:"service_tier"`
 	Stream             bool                       `json:"stream"`
-	Reasoning          *struct {
+	// StreamSet is true when the body named stream at all: an explicit
+	// "stream": false is answered with JSON, a body without stream with
+	// SSE (the sim's leniency; Codex always sends stream:true).
+	StreamSet  bool  `json:"-"`
+	Store      *bool `json:"store"`
+	Background bool  `json:"background"`
+	Reasoning  *struct {
 		Effort string `json:"effort"`
 	} `json:"reasoning"`
 
 	inputBytes int // size of the raw input array, for token estimates
+	// rawInput is the input as items in their JSON form (a string input
+	// as one user message), which a stored response keeps.
+	rawInput []json.RawMessage
+	// fileIDs are the file ids the input's content parts refer to.
+	fileIDs []string
+}
+
+// stores reports whether the response is to be kept: store:true, or
+// background:true without store:false. A body without store is not stored
+// (OpenAI's default is true, but Codex always sends store, and the sim's
+// default keeps previous_response_id unknown over HTTP, as it was).
+func (r *responseRequest) stores() bool {
+	if r.Store != nil {
+		return *r.Store
+	}
+	return r.Background
 }
 
 // inputItem is one item of a request's input, with the fields any item type
@@ -146,11 +168,54 @@ func parseResponseRequest(body []byte) (*responseRequest, error) {
 		return nil, plainDecodeError(err)
 	}
 	var raw struct {
-		Input json.RawMessage `json:"input"`
+		Input  json.RawMessage `json:"input"`
+		Stream json.RawMessage `json:"stream"`
 	}
 	_ = json.Unmarshal(body, &raw)
 	req.inputBytes = len(raw.Input)
+	req.StreamSet = raw.Stream != nil && string(raw.Stream) != "null"
+	req.rawInput, req.fileIDs = rawItems(raw.Input)
 	return &req, nil
+}
+
+// rawItems returns the items of a request's input in their JSON form (a
+// string input as one user message), and the file ids their content parts
+// (input_file, input_image) name.
+func rawItems(input json.RawMessage) ([]json.RawMessage, []string) {
+	input = bytes.TrimSpace(input)
+	if len(input) > 0 && input[0] == '"' {
+		var text string
+		_ = json.Unmarshal(input, &text)
+		m, _ := json.Marshal(object{"type": "message", "role": "user",
+			"content": []any{object{"type": "input_text", "text": text}}})
+		return []json.RawMessage{m}, nil
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(input, &items) != nil {
+		return nil, nil
+	}
+	var ids []string
+	for _, it := range items {
+		var item struct {
+			Content json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(it, &item) != nil {
+			continue
+		}
+		var parts []struct {
+			Type   string `json:"type"`
+			FileID string `json:"file_id"`
+		}
+		if json.Unmarshal(item.Content, &parts) != nil {
+			continue
+		}
+		for _, p := range parts {
+			if (p.Type == "input_file" || p.Type == "input_image") && p.FileID != "" {
+				ids = append(ids, p.FileID)
+			}
+		}
+	}
+	return items, ids
 }
 
 // plainDecodeError turns a JSON decoding error into the sentence a client

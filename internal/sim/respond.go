@@ -28,9 +28,11 @@ type call struct {
 // verdict is what the sim answers to a call: an error answer, or a stream
 // of events (possibly faulty).
 type verdict struct {
-	// Error answer, when err is set.
+	// Error answer, when err is set; objErr, when set too, is the same
+	// error in the API's object shape (param and code null), for HTTP.
 	status int
 	err    *wire.Error
+	objErr *apiError
 
 	account    string
 	rateLimits wire.RateLimits
@@ -68,7 +70,11 @@ func (s *Server) decide(c call) verdict {
 	acct := st.acct
 	v := verdict{account: acct.ID, rateLimits: st.rateLimits(), planType: acct.PlanType, org: acct.Organization}
 	primaryReset := st.primaryReset
-	fault, fired := s.faults.check(faultSite{account: acct.ID, transport: c.transport, prewarm: !req.generates()})
+	route := RouteResponses
+	if c.compact {
+		route = RouteCompact
+	}
+	fault, fired := s.faults.check(faultSite{account: acct.ID, transport: c.transport, route: route, prewarm: !req.generates()})
 	s.mu.Unlock()
 
 	v.fault = faultAnswer{cutAfter: -1, stallAt: -1}
@@ -85,6 +91,13 @@ func (s *Server) decide(c call) verdict {
 		}
 	}
 
+	// A file the input names must be one of this account's: a relay
+	// that sends a thread to another account is caught here.
+	if id, missing := s.missingFile(acct.ID, req.fileIDs); missing {
+		e := noSuchFile(id)
+		v.objErr = &e
+		return v.fail(http.StatusNotFound, wire.Error{Type: e.Type, Param: "id", Message: e.Message})
+	}
 	prevTokens := 0
 	if id := req.PreviousResponseID; id != "" {
 		var found bool

@@ -44,6 +44,12 @@ type Server struct {
 	goals         map[goalKey]json.RawMessage
 	promptCache   map[cacheKey]int
 	conns         map[*wsConn]struct{}
+	// objects are the files, stored responses and realtime calls, by
+	// account (see accountObjects).
+	objects map[string]*accountObjects
+	// analytics counts the analytics batches posted, which no relay should
+	// forward.
+	analytics int
 	// undelivered sums, by prompt_cache_key, the usage of responses the
 	// sim completed (and counted) but could not write the completion of:
 	// their client had gone.
@@ -84,6 +90,7 @@ func New(cfg Config) (*Server, error) {
 		goals:         map[goalKey]json.RawMessage{},
 		promptCache:   map[cacheKey]int{},
 		conns:         map[*wsConn]struct{}{},
+		objects:       map[string]*accountObjects{},
 	}
 	s.mux = s.routes()
 	if err := s.AddAccounts(cfg.Accounts...); err != nil {
@@ -174,8 +181,9 @@ func (s *Server) Close() {
 	}
 }
 
-// Reset forgets every record, fault and goal, the prompt cache and the
-// accounts' request and refresh counters. Accounts, tokens and open
+// Reset forgets every record, fault, goal and object (files, stored and
+// background responses, which it cancels, realtime calls), the prompt cache
+// and the accounts' request and refresh counters. Accounts, tokens and open
 // connections stay.
 func (s *Server) Reset() {
 	s.rec.clear()
@@ -184,6 +192,8 @@ func (s *Server) Reset() {
 	s.faults.clear()
 	s.goals = map[goalKey]json.RawMessage{}
 	s.promptCache = map[cacheKey]int{}
+	s.clearObjectsLocked()
+	s.analytics = 0
 	for _, st := range s.accounts {
 		st.requests, st.refreshes, st.refreshesRejected = 0, 0, 0
 	}

@@ -74,7 +74,7 @@ func (s *Server) handleWebSocket(kind Kind) http.HandlerFunc {
 		}
 
 		s.mu.Lock()
-		fault, fired := s.faults.check(faultSite{account: acct.ID, transport: TransportWS, handshake: true})
+		fault, fired := s.faults.check(faultSite{account: acct.ID, transport: TransportWS, route: RouteResponses, handshake: true})
 		st := s.accounts[acct.ID]
 		var rl wire.RateLimits
 		if st != nil {
@@ -265,9 +265,15 @@ func (s *Server) answerMessage(ctx, aged context.Context, conn *wsConn, data []b
 	}
 	ref.noteRequest(req)
 
-	prev := conn.lookup
-	if s.cfg.Stateless {
-		prev = nil // nothing is ever found
+	var prev func(string) (int, bool) // nil when Stateless: nothing is ever found
+	if !s.cfg.Stateless {
+		stored := s.storedContext(conn.account)
+		prev = func(id string) (int, bool) {
+			if t, ok := conn.lookup(id); ok {
+				return t, true
+			}
+			return stored(id) // a response the account stored over HTTP
+		}
 	}
 	v := s.decide(call{transport: TransportWS, account: conn.account, req: req, ref: ref, prev: prev})
 	if v.err != nil {
