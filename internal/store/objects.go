@@ -21,7 +21,7 @@ const (
 // lives on the account that created it, and every later request naming it
 // goes there. IDs are the upstream's, unique within a client scope.
 type Object struct {
-	Scope        string // the client scope of the key that created it
+	Scope        string // the client scope of the key that created it ("" keyless)
 	ID           string
 	Kind         ObjectKind
 	AccountID    string
@@ -62,8 +62,8 @@ func (r objectRow) object() Object {
 // PutObject records an object. Recorded again (a retry), the first record
 // stands: an id names one object on one account.
 func (s *Store) PutObject(ctx context.Context, o Object) error {
-	if o.Scope == "" || o.ID == "" || o.AccountID == "" || o.Kind == "" {
-		return errors.New("put object: a scope, an id, a kind and an account are required")
+	if o.ID == "" || o.AccountID == "" || o.Kind == "" {
+		return errors.New("put object: an id, a kind and an account are required")
 	}
 	_, err := s.exec(ctx, `INSERT INTO objects (`+objectColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (client_scope, id) DO NOTHING`,

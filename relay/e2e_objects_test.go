@@ -1,0 +1,342 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/internal/sim"
+	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/store/storetest"
+	"github.com/codexrelay/codex-relay/relay"
+)
+
+// openAIAccount is an OpenAI API account of the sim.
+func openAIAccount(id string) sim.Account {
+	return sim.Account{ID: id, Kind: sim.KindOpenAI, AccessToken: "sk-" + id, Organization: "org-" + id}
+}
+
+// upload sends a multipart file upload to base+"/files" and returns the
+// status and the decoded answer.
+func upload(t *testing.T, base, name string, content []byte) (int, map[string]any) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	require.NoError(t, mw.WriteField("purpose", "user_data"))
+	fw, err := mw.CreateFormFile("file", name)
+	require.NoError(t, err)
+	_, err = fw.Write(content)
+	require.NoError(t, err)
+	require.NoError(t, mw.Close())
+	req, err := http.NewRequest(http.MethodPost, base+"/files", &buf)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	return doJSON(t, req)
+}
+
+// doJSON sends req (with a deadline) and decodes its JSON answer.
+func doJSON(t *testing.T, req *http.Request) (int, map[string]any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var m map[string]any
+	if len(b) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		require.NoError(t, json.Unmarshal(b, &m), "%s", b)
+	} else {
+		m = map[string]any{"_raw": string(b)}
+	}
+	return resp.StatusCode, m
+}
+
+func call(t *testing.T, method, url string, body string) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return doJSON(t, req)
+}
+
+// errorType and errorCode are the "type" and "code" of an OpenAI error
+// answer.
+func errorType(m map[string]any) string {
+	e, _ := m["error"].(map[string]any)
+	s, _ := e["type"].(string)
+	return s
+}
+
+func errorCode(m map[string]any) string {
+	e, _ := m["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+// waitRoute waits for the request log row of route (and object id, when
+// given) and returns it.
+func waitRoute(t *testing.T, st *store.Store, route, object string) store.RequestRecord {
+	t.Helper()
+	var got store.RequestRecord
+	require.Eventually(t, func() bool {
+		rows, _, err := st.Requests(context.Background(), store.RequestFilter{Limit: 500})
+		require.NoError(t, err)
+		for _, r := range rows {
+			if r.Route == route && (object == "" || r.ObjectID == object) {
+				got = r
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 20*time.Millisecond, "the %s request was logged", route)
+	return got
+}
+
+// A file uploaded through the relay lives on the account that took it:
+// through either prefix and either replica, every later request naming it
+// goes there (another account would answer 404); with that account paused
+// the answer is 409 object_on_unavailable_account, never another account's
+// 404; an id the relay never saw is 404 without any account being asked;
+// a deleted file is forgotten. On SQLite and PostgreSQL.
+func TestFilesLiveOnTheirAccount(t *testing.T) {
+	t.Parallel()
+	for _, db := range []string{"sqlite", "postgres"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			url := storetest.SQLiteURL(t)
+			if db == "postgres" {
+				url = storetest.PostgresURL(t)
+			}
+			h := newHarnessOn(t, url, sim.Config{Accounts: []sim.Account{openAIAccount("k1"), openAIAccount("k2"), openAIAccount("k3")}, Logger: testLogger(t)},
+				func(*harness, *relay.Config) {})
+			// Replica B: another relay on the same database, its own memory.
+			b := relay.New(relay.Config{Store: h.store, Logger: testLogger(t)})
+			bsrv := httptest.NewServer(b)
+			t.Cleanup(func() { b.Close(); bsrv.Close() })
+
+			content := []byte("hello from a file\x00\x01 binary too")
+			code, f := upload(t, h.srv.URL+"/v1", "notes.bin", content)
+			require.Equal(t, http.StatusOK, code, "%v", f)
+			id, _ := f["id"].(string)
+			require.NotEmpty(t, id)
+			var owner string
+			for _, a := range []string{"k1", "k2", "k3"} {
+				if _, _, ok := h.sim.File(a, id); ok {
+					owner = a
+				}
+			}
+			require.NotEmpty(t, owner, "the file is on one account of the sim")
+			row := waitRoute(t, h.store, "files.create", id)
+			assert.Equal(t, h.ids[owner], row.AccountID)
+
+			for i, base := range []string{h.srv.URL + "/v1", bsrv.URL + "/v1", h.srv.URL + "/backend-api/codex", bsrv.URL + "/backend-api/codex"} {
+				code, got := call(t, http.MethodGet, base+"/files/"+id, "")
+				require.Equal(t, http.StatusOK, code, "read %d: %v", i, got)
+				assert.Equal(t, id, got["id"])
+				code, raw := call(t, http.MethodGet, base+"/files/"+id+"/content", "")
+				require.Equal(t, http.StatusOK, code, "content %d: %v", i, raw)
+				assert.Equal(t, string(content), raw["_raw"])
+			}
+			code, list := call(t, http.MethodGet, bsrv.URL+"/v1/files", "")
+			require.Equal(t, http.StatusOK, code, "%v", list)
+			data, _ := list["data"].([]any)
+			require.Len(t, data, 1, "the key's one file, from its account")
+			assert.Equal(t, id, data[0].(map[string]any)["id"])
+
+			before := len(h.sim.Records(sim.RecordFilter{}))
+			code, got := call(t, http.MethodGet, h.srv.URL+"/v1/files/file-nevermadehere", "")
+			assert.Equal(t, http.StatusNotFound, code)
+			assert.Equal(t, "not_found", errorCode(got))
+			assert.Len(t, h.sim.Records(sim.RecordFilter{}), before, "no account was asked for an unknown id")
+
+			_, err := h.store.SetAccountStatus(context.Background(), h.ids[owner], store.StatusPaused, "maintenance by ops", time.Time{})
+			require.NoError(t, err)
+			for _, base := range []string{h.srv.URL + "/v1", bsrv.URL + "/backend-api/codex"} {
+				code, got = call(t, http.MethodGet, base+"/files/"+id, "")
+				assert.Equal(t, http.StatusConflict, code, "%v", got)
+				assert.Equal(t, "object_on_unavailable_account", errorType(got))
+				assert.Equal(t, "object_on_unavailable_account", errorCode(got))
+				msg, _ := got["error"].(map[string]any)["message"].(string)
+				assert.NotContains(t, msg, h.ids[owner], "the message names no account")
+				assert.NotContains(t, msg, "maintenance", "nor what an operator wrote")
+			}
+			_, err = h.store.SetAccountStatus(context.Background(), h.ids[owner], store.StatusActive, "", time.Time{})
+			require.NoError(t, err)
+
+			code, got = call(t, http.MethodDelete, bsrv.URL+"/v1/files/"+id, "")
+			require.Equal(t, http.StatusOK, code, "%v", got)
+			assert.Equal(t, true, got["deleted"])
+			code, got = call(t, http.MethodGet, h.srv.URL+"/v1/files/"+id, "")
+			assert.Equal(t, http.StatusNotFound, code, "%v", got)
+			assert.Equal(t, "not_found", errorCode(got))
+		})
+	}
+}
+
+// A Responses request whose input references a file made through the
+// relay goes to the file's account (the sim answers 404 elsewhere), over
+// HTTP; with that account paused it is refused 409, not sent elsewhere.
+func TestReferencedFilePlacesTheThread(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1"), openAIAccount("k2")}, Logger: testLogger(t)}, nil2)
+	code, f := upload(t, h.srv.URL+"/v1", "doc.txt", []byte("the document"))
+	require.Equal(t, http.StatusOK, code, "%v", f)
+	id := f["id"].(string)
+	owner := "k1"
+	if _, _, ok := h.sim.File("k2", id); ok {
+		owner = "k2"
+	}
+	body := `{"model":"gpt-5.1","stream":true,"input":[{"type":"message","role":"user","content":[` +
+		`{"type":"input_file","file_id":"` + id + `"},{"type":"input_text","text":"summarise it"}]}]}`
+	for i := range 4 {
+		code, got := call(t, http.MethodPost, h.srv.URL+"/v1/responses", body)
+		require.Equal(t, http.StatusOK, code, "turn %d: %v", i, got)
+		assert.Contains(t, got["_raw"], "response.completed", "turn %d", i)
+	}
+	for _, r := range h.sim.Records(sim.RecordFilter{Route: sim.RouteResponses}) {
+		assert.Equal(t, owner, r.Account, "every turn went to the file's account")
+	}
+	_, err := h.store.SetAccountStatus(context.Background(), h.ids[owner], store.StatusPaused, "", time.Time{})
+	require.NoError(t, err)
+	code, got := call(t, http.MethodPost, h.srv.URL+"/v1/responses", body)
+	assert.Equal(t, http.StatusConflict, code, "%v", got)
+	assert.Equal(t, "object_on_unavailable_account", errorCode(got))
+}
+
+
+// Image generation over both prefixes: a 429 or a 5xx from one account
+// moves the request to the next before the client sees anything; the
+// answer is the image, and the request log row names the route.
+func TestImagesFailOverBeforeAnswering(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []sim.FaultKind{sim.FaultRateLimit, sim.FaultServerError} {
+		t.Run(string(fault), func(t *testing.T) {
+			t.Parallel()
+			h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{simAccount("a1", "org-a"), simAccount("a2", "org-a")}, Logger: testLogger(t),
+				Faults: []sim.Fault{{Kind: fault, Route: sim.RouteImagesGenerations, Times: 1}}}, nil2)
+			for _, prefix := range []string{"/backend-api/codex", "/v1"} {
+				code, got := call(t, http.MethodPost, h.srv.URL+prefix+"/images/generations",
+					`{"prompt":"a lighthouse at dawn","model":"gpt-image-1.5","n":1,"size":"1024x1024"}`)
+				require.Equal(t, http.StatusOK, code, "%s: %v", prefix, got)
+				data, _ := got["data"].([]any)
+				require.Len(t, data, 1)
+				assert.NotEmpty(t, data[0].(map[string]any)["b64_json"])
+			}
+			recs := h.sim.Records(sim.RecordFilter{Route: sim.RouteImagesGenerations})
+			require.Len(t, recs, 3, "one refused, then each served")
+			assert.NotEqual(t, recs[0].Account, recs[1].Account, "the refused request moved to the other account")
+			row := waitRoute(t, h.store, "images.generations", "")
+			assert.Equal(t, http.StatusOK, row.Status)
+		})
+	}
+}
+
+// A cut in the middle of a file's content breaks the client's answer: it
+// never reads a short file as a whole one.
+func TestCutFileContentBreaksTheAnswer(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1")}, Logger: testLogger(t),
+		Faults: []sim.Fault{{Kind: sim.FaultCutStream, Route: sim.RouteFileContent, Times: 1}}}, nil2)
+	content := bytes.Repeat([]byte("0123456789"), 20000)
+	code, f := upload(t, h.srv.URL+"/v1", "big.bin", content)
+	require.Equal(t, http.StatusOK, code, "%v", f)
+	id := f["id"].(string)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.srv.URL+"/v1/files/"+id+"/content", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Error(t, err, "the cut reached the client as a broken answer (%d bytes read)", len(b))
+	assert.Less(t, len(b), len(content))
+
+	code, got := call(t, http.MethodGet, h.srv.URL+"/v1/files/"+id+"/content", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, string(content), got["_raw"], "read whole once the fault is spent")
+}
+
+// Codex's analytics events are the relay's: accepted, and never forwarded.
+func TestAnalyticsAreDropped(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	for _, path := range []string{"/backend-api/codex/analytics-events/events"} {
+		code, _ := call(t, http.MethodPost, h.srv.URL+path, `{"events":[{"event_type":"codex_turn","event_params":{}}]}`)
+		assert.Equal(t, http.StatusAccepted, code)
+	}
+	assert.Empty(t, h.sim.Records(sim.RecordFilter{Route: sim.RouteAnalytics}), "nothing went upstream")
+}
+
+// A background response is created on one account and read, listed and
+// cancelled there, through either replica; its usage is charged once.
+func TestBackgroundResponseStaysOnItsAccount(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1"), openAIAccount("k2")}, Logger: testLogger(t)}, nil2)
+	b := relay.New(relay.Config{Store: h.store, Logger: testLogger(t)})
+	bsrv := httptest.NewServer(b)
+	t.Cleanup(func() { b.Close(); bsrv.Close() })
+
+	code, created := call(t, http.MethodPost, h.srv.URL+"/v1/responses",
+		`{"model":"gpt-5.1","background":true,"store":true,"input":"[[sim:words 5]] hello"}`)
+	require.Equal(t, http.StatusOK, code, "%v", created)
+	id, _ := created["id"].(string)
+	require.NotEmpty(t, id)
+	var status string
+	require.Eventually(t, func() bool {
+		code, got := call(t, http.MethodGet, bsrv.URL+"/v1/responses/"+id, "")
+		require.Equal(t, http.StatusOK, code, "%v", got)
+		status, _ = got["status"].(string)
+		return status == "completed"
+	}, 30*time.Second, 20*time.Millisecond)
+	code, items := call(t, http.MethodGet, bsrv.URL+"/v1/responses/"+id+"/input_items", "")
+	require.Equal(t, http.StatusOK, code, "%v", items)
+	code, again := call(t, http.MethodGet, h.srv.URL+"/v1/responses/"+id, "")
+	require.Equal(t, http.StatusOK, code, "%v", again)
+
+	rows, _, err := h.store.Requests(context.Background(), store.RequestFilter{Limit: 100})
+	require.NoError(t, err)
+	var charged int
+	require.Eventually(t, func() bool {
+		rows, _, err = h.store.Requests(context.Background(), store.RequestFilter{Limit: 100})
+		require.NoError(t, err)
+		n := 0
+		for _, r := range rows {
+			if r.Route == "responses.get" {
+				n++
+			}
+		}
+		return n >= 2
+	}, time.Minute, 20*time.Millisecond)
+	for _, r := range rows {
+		if r.Route == "responses.get" && r.TotalTokens > 0 {
+			charged++
+		}
+	}
+	assert.Equal(t, 1, charged, "the finished response's usage is charged by one read only")
+	accounts := map[string]bool{}
+	for _, r := range h.sim.Records(sim.RecordFilter{}) {
+		if r.ObjectID == id || r.Route == sim.RouteResponses {
+			accounts[r.Account] = true
+		}
+	}
+	assert.Len(t, accounts, 1, "every request on the response went to its account")
+}
