@@ -221,7 +221,6 @@ func TestReferencedFilePlacesTheThread(t *testing.T) {
 	assert.Equal(t, "object_on_unavailable_account", errorCode(got))
 }
 
-
 // Image generation over both prefixes: a 429 or a 5xx from one account
 // moves the request to the next before the client sees anything; the
 // answer is the image, and the request log row names the route.
