@@ -8,6 +8,8 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -338,4 +340,66 @@ func TestBackgroundResponseStaysOnItsAccount(t *testing.T) {
 		}
 	}
 	assert.Len(t, accounts, 1, "every request on the response went to its account")
+}
+
+// The official OpenAI JS SDK's object calls through the relay with a
+// client key, against an API-key account: files (upload, retrieve, list,
+// content, a Responses request referencing the file, delete, then a 404),
+// images (generate, a multipart edit), embeddings, and a background
+// response polled to completion. The key never goes upstream.
+func TestOpenAIJSObjectCalls(t *testing.T) {
+	t.Parallel()
+	argv := nodeSDK(t)
+	argv[1] = repoFile(t, "relay/testdata/openai-sdk/objects.mjs")
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1"), openAIAccount("k2")}, Logger: testLogger(t)}, nil2)
+	_, key, err := h.store.CreateClientKey(context.Background(), store.ClientKey{Name: "sdk"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "OPENAI_BASE_URL=" + h.srv.URL + "/v1",
+		"OPENAI_API_KEY=" + key, "MODEL=gpt-5.5-codex", "NO_PROXY=*"}
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", out)
+	lines := map[string]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+		lines[m["case"].(string)] = m
+	}
+	ok := func(name string) map[string]any {
+		m := lines[name]
+		require.NotNil(t, m, "case %s ran", name)
+		require.Nil(t, m["error"], "case %s: %v", name, m["error"])
+		return m
+	}
+	created := ok("files_create")
+	id := created["id"].(string)
+	assert.Equal(t, "file", created["object"])
+	assert.Equal(t, float64(2600), created["bytes"])
+	assert.Equal(t, id, ok("files_retrieve")["id"])
+	assert.Equal(t, []any{id}, ok("files_list")["ids"])
+	assert.Equal(t, true, ok("files_content")["same"])
+	assert.Equal(t, "completed", ok("responses_with_file")["status"])
+	assert.Equal(t, true, ok("files_delete")["deleted"])
+	gone := lines["files_gone"]["error"].(map[string]any)
+	assert.Equal(t, float64(404), gone["status"])
+	assert.Equal(t, "not_found", gone["code"])
+	assert.Equal(t, float64(2), ok("images_generate")["images"])
+	assert.Equal(t, true, ok("images_generate")["b64"])
+	assert.Equal(t, float64(1), ok("images_edit")["images"])
+	emb := ok("embeddings")
+	assert.Equal(t, float64(2), emb["vectors"])
+	assert.Positive(t, emb["dims"])
+	bg := ok("background")
+	assert.Equal(t, "queued", bg["first"])
+	assert.Equal(t, "completed", bg["status"])
+	assert.NotEmpty(t, bg["text"])
+	for _, r := range h.sim.Records(sim.RecordFilter{}) {
+		assert.False(t, r.ClientKey, "the client key never goes upstream (%s)", r.Route)
+	}
+	for _, route := range []string{"files.create", "files.get", "files.list", "files.content", "files.delete", "images.generations", "images.edits", "embeddings", "responses.create", "responses.get", "responses.input_items"} {
+		waitRoute(t, h.store, route, "")
+	}
 }
