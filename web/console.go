@@ -283,6 +283,11 @@ func (s *Server) bindingsPage(c echo.Context) error {
 		}
 		p.Rows = append(p.Rows, r)
 	}
+	if q.Thread != "" {
+		if p.Objects, err = s.threadObjects(ctx, rows, n); err != nil {
+			return err
+		}
+	}
 	return s.render(c, http.StatusOK, ui.BindingsPage(s.frame(c, "bindings", "Bindings"), p))
 }
 
@@ -585,4 +590,31 @@ func (s *Server) auditPage(c echo.Context) error {
 			Action: e.Action, Target: e.Target, Detail: e.Detail, Tone: auditTone(e.Action)})
 	}
 	return s.render(c, http.StatusOK, ui.AuditPage(s.frame(c, "audit", "Audit log"), p))
+}
+
+// threadObjects lists the objects the threads of rows created (files,
+// stored responses), newest first.
+func (s *Server) threadObjects(ctx context.Context, rows []store.Binding, n names) ([]ui.ObjectRow, error) {
+	now := s.cfg.Now()
+	seen := map[string]bool{}
+	var out []ui.ObjectRow
+	for _, b := range rows {
+		if b.Kind != store.BindThread || seen[b.Key] {
+			continue
+		}
+		seen[b.Key] = true
+		objs, err := s.cfg.Store.Objects(ctx, store.ObjectFilter{ThreadKey: b.Key, Limit: 200})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			r := ui.ObjectRow{ID: o.ID, Kind: string(o.Kind), Account: n.accountName(o.AccountID), Created: ago(now, o.Created),
+				Expires: "when deleted", AccountURL: "/admin/bindings?" + url.Values{"account": {o.AccountID}}.Encode()}
+			if !o.Expires.IsZero() {
+				r.Expires = until(now, o.Expires)
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }

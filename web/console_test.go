@@ -54,6 +54,7 @@ func TestConsolePagesRender(t *testing.T) {
 		_, err = s.Pin(ctx, store.BindRawSession, "s1", f.b.ID, "pin")
 		require.NoError(t, err)
 		fr.inflight[f.a.ID] = 2
+		require.NoError(t, s.PutObject(ctx, store.Object{ID: "file-of-t1", Kind: store.ObjectFile, AccountID: f.a.ID, ThreadKey: "v1:st:s1:t1", Created: now.Add(-time.Minute)}))
 
 		require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "rep_test", Name: "host-a:1", Address: "http://10.0.0.1:2455", StartedAt: now.Add(-time.Hour)}))
 		require.NoError(t, s.Heartbeat(ctx, store.Replica{ID: "rep_other", Name: "host-b:2", StartedAt: now.Add(-time.Minute), Lanes: json.RawMessage(`[{"kind":"bridge"}]`)}))
@@ -68,6 +69,7 @@ func TestConsolePagesRender(t *testing.T) {
 			{"/admin/accounts", []string{"alpha", "beta", "rate limited", "usage_limit_reached", "5h", "42%", "7d", "93%", "Pause", "Import a Codex auth.json", "cap 64 per replica"}},
 			{"/admin/bindings", []string{`data-thread="t1"`, `data-thread="t-pinned"`, "pin", "admission", "laptop", "Reset thread", "Pin a session or thread"}},
 			{"/admin/bindings?thread=t-pinned", []string{`class="pinned"`, "raw thread", "hard", "never"}},
+			{"/admin/bindings?thread=t1", []string{"Objects of this thread", `data-object-id="file-of-t1"`, "when deleted"}},
 			{"/admin/bindings?session=s1", []string{"raw session", "its live lane on alpha moves to beta at its next request"}},
 			{"/admin/lanes", []string{"direct", "alpha", `data-live="/admin/live/lanes"`, "retiring at the end of its turn"}},
 			{"/admin/diagnostics", []string{"usage_limit", "beta", "→", "failover", "next account", "usage_limit_reached: account limited", "2 attempts"}},

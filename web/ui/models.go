@@ -175,6 +175,14 @@ type Bindings struct {
 	Pager    Pager
 	Return   string // this page's URL, where the forms come back to
 	Accounts []Option
+	// Objects are the files and stored responses the searched thread
+	// created through the relay: each lives on its account.
+	Objects []ObjectRow
+}
+
+// ObjectRow is one object a thread created.
+type ObjectRow struct {
+	ID, Kind, Account, AccountURL, Created, Expires string
 }
 
 // BindingSearch is the search form's state and choices.
