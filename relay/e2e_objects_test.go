@@ -403,3 +403,39 @@ func TestOpenAIJSObjectCalls(t *testing.T) {
 		waitRoute(t, h.store, route, "")
 	}
 }
+
+// A response streamed with store: true is an object of its account: read
+// through another replica (whose memory never saw it) it goes there, and
+// reading it charges nothing again.
+func TestStoredResponseReadThroughAnotherReplica(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1"), openAIAccount("k2"), openAIAccount("k3")}, Logger: testLogger(t)}, nil2)
+	b := relay.New(relay.Config{Store: h.store, Logger: testLogger(t)})
+	bsrv := httptest.NewServer(b)
+	t.Cleanup(func() { b.Close(); bsrv.Close() })
+	code, got := call(t, http.MethodPost, h.srv.URL+"/v1/responses", `{"model":"gpt-5.1","store":true,"input":"[[sim:words 3]] keep this"}`)
+	require.Equal(t, http.StatusOK, code, "%v", got)
+	id := got["id"].(string)
+	served := h.sim.Records(sim.RecordFilter{Route: sim.RouteResponses})
+	require.Len(t, served, 1)
+	for range 3 {
+		code, again := call(t, http.MethodGet, bsrv.URL+"/v1/responses/"+id, "")
+		require.Equal(t, http.StatusOK, code, "%v", again)
+		assert.Equal(t, id, again["id"])
+	}
+	for _, r := range h.sim.Records(sim.RecordFilter{Route: sim.RouteResponseGet}) {
+		assert.Equal(t, served[0].Account, r.Account, "read where it was made")
+	}
+	require.Eventually(t, func() bool {
+		rows, _, err := h.store.Requests(context.Background(), store.RequestFilter{Limit: 100})
+		require.NoError(t, err)
+		n := 0
+		for _, r := range rows {
+			if r.Route == "responses.get" {
+				n++
+				assert.Zero(t, r.TotalTokens, "a read charges nothing")
+			}
+		}
+		return n == 3
+	}, time.Minute, 20*time.Millisecond)
+}

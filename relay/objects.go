@@ -555,3 +555,10 @@ func (s *Server) storedPrevious(ctx context.Context, r *request) error {
 	r.objectOwner = o.AccountID
 	return nil
 }
+
+// isStored reports a Responses body with "store": true (or "background":
+// true, which stores): the upstream keeps the response, to be read later.
+func isStored(body []byte) bool {
+	s, e, ok := memberValue(body, "store")
+	return ok && string(body[s:e]) == "true" || isBackground(body)
+}

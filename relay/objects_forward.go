@@ -302,6 +302,7 @@ func (s *Server) noteObjectAnswer(ctx context.Context, c *objectCall, ch choice,
 	}
 	scope := c.r.client.scope()
 	now := s.cfg.Now()
+	hasUsage := len(a.Usage) > 0 && string(a.Usage) != "null"
 	switch {
 	case c.rt.creates:
 		id := cmp.Or(a.FileID, a.ID)
@@ -316,6 +317,9 @@ func (s *Server) noteObjectAnswer(ctx context.Context, c *objectCall, ch choice,
 		if a.ExpiresAt != nil && *a.ExpiresAt > 0 {
 			o.Expires = time.Unix(*a.ExpiresAt, 0)
 		}
+		if hasUsage && (c.rt.kind != store.ObjectResponse || finishedStatus(a.Status)) {
+			o.Settled = now // charged by this answer, below: never by a later read
+		}
 		wctx, cancel := storeWriteContext(ctx)
 		defer cancel()
 		if err := s.cfg.Store.PutObject(wctx, o); err != nil {
@@ -329,11 +333,14 @@ func (s *Server) noteObjectAnswer(ctx context.Context, c *objectCall, ch choice,
 		}
 		return
 	}
-	if len(a.Usage) == 0 || string(a.Usage) == "null" {
+	if !hasUsage {
 		return
 	}
 	tr := usageTracker(a.Model, a.Usage)
-	if c.rt.kind == store.ObjectResponse && c.id != "" {
+	if c.rt.kind == store.ObjectResponse && (c.id != "" || !finishedStatus(a.Status)) {
+		if c.id == "" {
+			return // a background response's usage so far: its final read charges it
+		}
 		// A stored response read again reports the usage it had: only the
 		// first answer that finds it finished charges it.
 		if !finishedStatus(a.Status) {

@@ -36,6 +36,18 @@ func (s *Server) settle(ctx context.Context, r *request, ch *choice, h *head, tr
 	}
 	if tr.responseID != "" {
 		s.owners.put(responseKey(tr.responseID), owner{account: acct, scope: r.client.scope()})
+		if isStored(r.body) {
+			// A stored response is an object of its account: read, deleted
+			// or continued through any replica, it goes there. This answer
+			// charged its usage; a later read does not again.
+			now := s.cfg.Now()
+			o := store.Object{Scope: r.client.scope(), ID: tr.responseID, Kind: store.ObjectResponse, AccountID: acct,
+				Organization: ch.target.Account.Organization, ClientKeyID: r.client.key.ID, ThreadKey: string(r.ident.Key),
+				RequestID: r.id, Created: now, Settled: now}
+			if err := s.cfg.Store.PutObject(ctx, o); err != nil {
+				s.log.Warn("record stored response", "response", tr.responseID, "err", err)
+			}
+		}
 	}
 	if input != nil && r.ident.Key != "" && tr.responseID != "" {
 		ts := ""
