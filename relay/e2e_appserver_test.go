@@ -3,6 +3,9 @@ package relay_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +24,7 @@ import (
 const appServerClient = "codex_relay_e2e"
 
 // Codex Desktop and the IDE extension drive `codex app-server`, reading the
-// same config.toml as the CLI. Through the relay, over HTTP and over
+// same config.toml as the CLI: here README's block for them. Through the relay, over HTTP and over
 // WebSocket: a thread, a turn whose answer calls a tool (the approval
 // request, if Codex asks, answered over JSON-RPC), the turn's completion
 // with the tool's output; then the thread resumed in a new app-server
@@ -41,6 +44,7 @@ func TestCodexAppServerThroughRelay(t *testing.T) {
 					ResetAt: time.Now().Add(time.Hour), Known: true}, store.Window{}))
 			}
 			codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: ws, Key: key})
+			writeREADMEDesktopConfig(t, codex.Home, h.codexBaseURL(), ws)
 
 			setUsed("a2", 90) // the new thread goes to a1
 			first := codex.StartAppServer(t, nil)
@@ -122,6 +126,32 @@ func TestCodexAppServerThroughRelay(t *testing.T) {
 // images route nor a namespaced tool call yet.
 func TestCodexAppServerImageGeneration(t *testing.T) {
 	t.Skip("needs the sim's images route (POST images/generations) and a namespaced tool-call directive")
+}
+
+// readmeDesktopBaseURL is the relay address README's Desktop block names.
+const readmeDesktopBaseURL = `base_url = "http://127.0.0.1:2455/backend-api/codex"`
+
+// writeREADMEDesktopConfig makes README's config block for Codex Desktop and
+// the IDE extension the CODEX_HOME's config.toml, as written but for the
+// relay's address, the transport (the block says WebSocket) and what keeps
+// a test quiet (no update check, no analytics).
+func writeREADMEDesktopConfig(t *testing.T, home, baseURL string, ws bool) {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(readme), "\n### Codex Desktop and the IDE extension\n")
+	require.True(t, ok, "README has a section for Codex Desktop and the IDE extension")
+	m := regexp.MustCompile("(?s)```toml\n(.*?)```").FindStringSubmatch(section)
+	require.NotNil(t, m, "the section has a toml block")
+	block := m[1]
+	require.Contains(t, block, readmeDesktopBaseURL)
+	require.Contains(t, block, `env_key = "`+codexcli.DefaultEnvKey+`"`, "the block reads the key the test passes")
+	block = strings.Replace(block, readmeDesktopBaseURL, `base_url = "`+baseURL+`"`, 1)
+	if !ws {
+		block = strings.Replace(block, "supports_websockets = true", "supports_websockets = false", 1)
+	}
+	cfg := "check_for_update_on_startup = false\n" + block + "\n[analytics]\nenabled = false\n"
+	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte(cfg), 0o600))
 }
 
 // startThread starts a thread that runs tools without asking (approval
