@@ -14,6 +14,10 @@ import (
 const simPurpose = `Run the simulated upstream: the ChatGPT Codex backend (/backend-api/codex/...,
 /backend-api/wham/usage), the OpenAI Responses API (/v1/...) and the OAuth token
 endpoint (/oauth/token), over HTTP/SSE and WebSocket, for many accounts at once.
+Besides responses it serves, per account, the object routes Codex and the
+OpenAI SDKs use: images, files (and the ChatGPT upload flow), stored and
+background responses, embeddings, audio, memories, realtime (WebSocket and
+calls) and the analytics sink; an object lives on the account that made it.
 It is what the tests, the demo and the benchmarks talk to instead of OpenAI.
 
 Accounts come from -accounts-file and/or -account flags; with none, three demo

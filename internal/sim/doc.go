@@ -29,6 +29,45 @@
 //     refresh token is refused (401, code refresh_token_reused). See
 //     Account.RevokeOldAccessToken and Account.AccessTokenTTL for expiry.
 //
+// # Objects
+//
+// Under both prefixes ({p} is /backend-api/codex or /v1; routes lists them
+// with their Route constants) the sim also serves what Codex and the OpenAI
+// SDKs ask an account for besides responses, in OpenAI's shapes: images
+// (POST {p}/images/generations and {p}/images/edits, JSON or multipart; n
+// small valid PNGs), files (POST {p}/files multipart, GET {p}/files, GET and
+// DELETE {p}/files/{id}, GET {p}/files/{id}/content), ChatGPT's upload flow
+// (POST /backend-api/files, a PUT to the upload URL the sim hands out, POST
+// /backend-api/files/{id}/uploaded), stored and background responses (GET,
+// DELETE {p}/responses/{id}, POST .../cancel, GET .../input_items, GET
+// ...?stream=true&starting_after=N), POST {p}/embeddings (deterministic unit
+// vectors), POST {p}/audio/transcriptions (multipart) and {p}/audio/speech,
+// POST {p}/memories/trace_summarize, the Realtime WebSocket GET {p}/realtime
+// and POST {p}/realtime/calls, and POST
+// /backend-api/codex/analytics-events/events, which it records and drops
+// (a relay must never forward it).
+//
+// Every object (file, stored response, realtime call) lives on the account
+// that created it, as upstream: any other account gets OpenAI's 404 ("No
+// such File object: ID", "Response with id 'ID' not found.", with param and
+// code null). A response request whose input names a file of another
+// account (input_file or input_image with a file_id), or an image edit that
+// does, gets the file 404 too: that is how a relay that sends a thread to
+// the wrong account is caught. Objects are bounded per account
+// (Config.MaxObjects, the oldest dropped) and forgotten by Reset; Files,
+// File, StoredResponse, StoredResponses and RealtimeCalls read them.
+//
+// A response request with store:true is kept; with background:true (and
+// stream false or absent) the answer is the response object at once, status
+// "queued" while its [[sim:delay]] runs, "in_progress" from response.created,
+// then "completed" (or "cancelled" through .../cancel); with stream:true its
+// events follow the run, which goes on without the client. An explicit
+// "stream": false answers the finished response as JSON; a body without
+// stream is still answered with SSE. Over HTTP, previous_response_id finds
+// the account's completed stored responses (and only those). Multipart
+// bodies are read part by part as they arrive; a file part past
+// Config.MaxFileBytes is 413.
+//
 // Request bodies may be zstd-encoded. The input may be a string (one user
 // message) or items, and a message may come without its type and with a
 // string content, as the Responses API accepts them; a body of the wrong
@@ -95,7 +134,10 @@
 // (AddFault) or through the control API, and are precise: each counts the
 // requests it matches and fires after After of them, Times times (zero:
 // forever), on every request it is due for or, with Rate, on a random
-// fraction of them. Accounts, faults and records are managed the same ways; the
+// fraction of them. A fault with a Route applies to that route instead of
+// the response requests (see Fault.Route): error kinds answer with their
+// status, cut_stream drops the connection mid-body, stall sends the headers
+// and then nothing. Accounts, faults and records are managed the same ways; the
 // control API, JSON over HTTP under /_sim/, is listed at controlRoutes:
 // GET|POST /_sim/accounts, GET|DELETE /_sim/accounts/{id}, GET|POST|DELETE
 // /_sim/faults, DELETE /_sim/faults/{id}, GET|DELETE /_sim/records (filters:
@@ -109,7 +151,9 @@
 // headers, the body fields that matter (model, prompt_cache_key,
 // previous_response_id, generate, input item types, tool outputs), whether
 // Authorization carried a relay client key (crk_...), and the outcome
-// (status, error, response id, events sent, fault). A record is finished
+// (status, error, response id, events sent, fault); a request to an object
+// route also names its object (ObjectID) and the files its body refers to
+// (FileIDs), and a Realtime client event its type (MessageType). A record is finished
 // before the client can see the end of its answer, so a test may read it as
 // soon as its client has. Records and Requests return copies and are safe
 // for concurrent use.

@@ -41,9 +41,9 @@ func (s *Server) handleEmbeddings(kind Kind) http.HandlerFunc {
 			c.fail(http.StatusBadRequest, invalidRequest("Missing required parameter: 'model'.", "model"))
 			return
 		}
-		inputs, tokens, err := embeddingInputs(req.Input)
-		if err != nil {
-			c.fail(http.StatusBadRequest, invalidRequest(err.Error(), "input"))
+		inputs, tokens, problem := embeddingInputs(req.Input)
+		if problem != "" {
+			c.fail(http.StatusBadRequest, invalidRequest(problem, "input"))
 			return
 		}
 		dims := 1536
@@ -80,34 +80,34 @@ func (s *Server) handleEmbeddings(kind Kind) http.HandlerFunc {
 
 // embeddingInputs reads an embeddings input as texts (token lists become
 // their ids joined by spaces) and counts its tokens (a word-ish four bytes
-// of text each, one per token id).
-func embeddingInputs(raw json.RawMessage) ([]string, int, error) {
+// of text each, one per token id). A wrong input is the API's sentence
+// saying why (problem), not an error: it goes to the client as it is.
+func embeddingInputs(raw json.RawMessage) (texts []string, tokens int, problem string) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, 0, fmt.Errorf("Missing required parameter: 'input'.")
+		return nil, 0, "Missing required parameter: 'input'."
 	}
 	textTokens := func(t string) int { return max(1, len(t)/4) }
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
 		if one == "" {
-			return nil, 0, fmt.Errorf("'input' cannot be an empty string.")
+			return nil, 0, "'input' cannot be an empty string."
 		}
-		return []string{one}, textTokens(one), nil
+		return []string{one}, textTokens(one), ""
 	}
-	var texts []string
 	if json.Unmarshal(raw, &texts) == nil && len(texts) > 0 {
 		n := 0
 		for _, t := range texts {
 			if t == "" {
-				return nil, 0, fmt.Errorf("'input' cannot hold an empty string.")
+				return nil, 0, "'input' cannot hold an empty string."
 			}
 			n += textTokens(t)
 		}
-		return texts, n, nil
+		return texts, n, ""
 	}
 	var ids []int
 	if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
-		return []string{fmt.Sprint(ids)}, len(ids), nil
+		return []string{fmt.Sprint(ids)}, len(ids), ""
 	}
 	var lists [][]int
 	if json.Unmarshal(raw, &lists) == nil && len(lists) > 0 {
@@ -117,9 +117,9 @@ func embeddingInputs(raw json.RawMessage) ([]string, int, error) {
 			out[i] = fmt.Sprint(l)
 			n += len(l)
 		}
-		return out, n, nil
+		return out, n, ""
 	}
-	return nil, 0, fmt.Errorf("Invalid value for 'input': expected a string, an array of strings, an array of token ids or an array of such arrays.")
+	return nil, 0, "Invalid value for 'input': expected a string, an array of strings, an array of token ids or an array of such arrays."
 }
 
 // embedding is the deterministic unit vector of a text for a model.

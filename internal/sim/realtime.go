@@ -232,7 +232,9 @@ func (rt *realtimeSession) answer(ctx context.Context, ref recordRef, data []byt
 		ok = rt.respond(ctx, &ref)
 	default:
 		msg := fmt.Sprintf("Invalid value: '%s'. Supported values are: 'session.update', 'conversation.item.create', 'input_audio_buffer.append', 'input_audio_buffer.commit', 'input_audio_buffer.clear' and 'response.create'.", ev.Type)
-		ref.update(func(r *Record) { r.ErrorType, r.ErrorCode, r.ErrorMessage = wire.TypeInvalidRequest, "invalid_value", msg })
+		ref.update(func(r *Record) {
+			r.ErrorType, r.ErrorCode, r.ErrorMessage = wire.TypeInvalidRequest, "invalid_value", msg
+		})
 		ok = rt.send(ctx, &ref, object{"type": "error", "error": object{"type": wire.TypeInvalidRequest,
 			"code": "invalid_value", "message": msg, "param": "type", "event_id": ev.EventID}})
 		if ok {
