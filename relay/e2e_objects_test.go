@@ -439,3 +439,41 @@ func TestStoredResponseReadThroughAnotherReplica(t *testing.T) {
 		return n == 3
 	}, time.Minute, 20*time.Millisecond)
 }
+
+// Codex's own upload flow at its chatgpt_base_url: the relay forwards the
+// create to a ChatGPT account, the client puts the bytes where the answer
+// says (not through the relay), and "uploaded" goes to the same account.
+func TestChatGPTFileUploadFlow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"), simAccount("a2", "org-a"), simAccount("a3", "org-a"))
+	content := []byte("attachment bytes")
+	code, created := call(t, http.MethodPost, h.srv.URL+"/backend-api/files",
+		`{"file_name":"pic.txt","file_size":16,"use_case":"codex"}`)
+	require.Equal(t, http.StatusOK, code, "%v", created)
+	id, _ := created["file_id"].(string)
+	put, _ := created["upload_url"].(string)
+	require.NotEmpty(t, id)
+	require.True(t, strings.HasPrefix(put, h.sim.URL), "the bytes go to the upstream's store, not through the relay: %s", put)
+	req, err := http.NewRequest(http.MethodPut, put, bytes.NewReader(content))
+	require.NoError(t, err)
+	req.Header.Set("x-ms-blob-type", "BlockBlob")
+	code, _ = doJSON(t, req)
+	require.Equal(t, http.StatusCreated, code)
+	for range 3 {
+		code, done := call(t, http.MethodPost, h.srv.URL+"/backend-api/files/"+id+"/uploaded", `{}`)
+		require.Equal(t, http.StatusOK, code, "%v", done)
+		assert.Equal(t, "success", done["status"])
+	}
+	var accounts []string
+	for _, r := range h.sim.Records(sim.RecordFilter{}) {
+		if r.Route == sim.RouteFileCreate || r.Route == sim.RouteFileUploaded {
+			accounts = append(accounts, r.Account)
+		}
+	}
+	require.Len(t, accounts, 4)
+	for _, a := range accounts {
+		assert.Equal(t, accounts[0], a, "every step on the account that made the file")
+	}
+	row := waitRoute(t, h.store, "files.create", id)
+	assert.Equal(t, h.ids[accounts[0]], row.AccountID)
+}
