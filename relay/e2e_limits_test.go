@@ -173,3 +173,68 @@ func TestPoolHeadroomReachesTheClient(t *testing.T) {
 	assert.EqualValues(t, 35, limits["secondary"].(map[string]any)["used_percent"])
 	assert.EqualValues(t, 10080, limits["secondary"].(map[string]any)["window_minutes"])
 }
+
+// Codex's /status asks its usage at chatgpt_base_url (/wham/usage, or
+// /api/codex/usage); the relay answers it itself, for the client key, with
+// the figures its answers carry, in the ChatGPT backend's shape. A wrong key
+// is refused as on the other client routes.
+func TestUsageRoutesAnswerTheKeysLimits(t *testing.T) {
+	t.Parallel()
+	clk := newTestClock(time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC))
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.Now = clk.Now }, loudAccount("a1"))
+	ctx := context.Background()
+	_, secret, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "daily",
+		Limits: []budget.Limit{{Metric: budget.Tokens, Window: budget.Day, Max: 1000}, {Metric: budget.CostUSD, Window: budget.Month, Max: 1000}}})
+	require.NoError(t, err)
+	resp, body := h.post(sessionS, rootT, spendRequest("spend some"), bearer(secret))
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	recs := h.responseRecords("")
+	require.Len(t, recs, 1)
+	spent := recs[0].Usage.TotalTokens
+	require.Less(t, spent, int64(1000))
+	midnight := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC).Unix()
+	monthEnd := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+
+	type window struct {
+		UsedPercent        int   `json:"used_percent"`
+		LimitWindowSeconds int   `json:"limit_window_seconds"`
+		ResetAfterSeconds  int64 `json:"reset_after_seconds"`
+		ResetAt            int64 `json:"reset_at"`
+	}
+	var payload struct {
+		PlanType  string `json:"plan_type"`
+		RateLimit *struct {
+			Allowed         bool    `json:"allowed"`
+			LimitReached    bool    `json:"limit_reached"`
+			PrimaryWindow   *window `json:"primary_window"`
+			SecondaryWindow *window `json:"secondary_window"`
+		} `json:"rate_limit"`
+		Credits any `json:"credits"`
+	}
+	for _, path := range []string{"/backend-api/wham/usage", "/backend-api/api/codex/usage"} {
+		code, _, raw := h.raw(http.MethodGet, path, bearer(secret), nil)
+		require.Equal(t, http.StatusOK, code, raw)
+		require.NoError(t, json.Unmarshal([]byte(raw), &payload), raw)
+		assert.Equal(t, "team", payload.PlanType)
+		require.NotNil(t, payload.RateLimit, raw)
+		assert.True(t, payload.RateLimit.Allowed)
+		assert.False(t, payload.RateLimit.LimitReached)
+		// The day's window is the tightest; the month's is of another length.
+		assert.Equal(t, &window{UsedPercent: int(float64(spent)/10 + 0.5), LimitWindowSeconds: 86400, ResetAfterSeconds: 9 * 3600, ResetAt: midnight},
+			payload.RateLimit.PrimaryWindow, raw)
+		require.NotNil(t, payload.RateLimit.SecondaryWindow, raw)
+		assert.Equal(t, 31*86400, payload.RateLimit.SecondaryWindow.LimitWindowSeconds)
+		assert.Equal(t, monthEnd, payload.RateLimit.SecondaryWindow.ResetAt)
+		assert.Nil(t, payload.Credits, "the relay keeps no credits for a key")
+		for _, figure := range []string{"73", "81", "987"} {
+			assert.NotContains(t, raw, `:`+figure+`,`, "the upstream's figures reached the client")
+		}
+	}
+
+	code, _, raw := h.raw(http.MethodGet, "/backend-api/wham/usage", bearer("crk_wrong"), nil)
+	assert.Equal(t, http.StatusUnauthorized, code, raw)
+	code, _, raw = h.raw(http.MethodGet, "/backend-api/wham/usage", nil, nil)
+	assert.Equal(t, http.StatusUnauthorized, code, raw)
+	code, _, raw = h.raw(http.MethodPost, "/backend-api/wham/usage", bearer(secret), nil)
+	assert.Equal(t, http.StatusMethodNotAllowed, code, raw)
+}

@@ -182,16 +182,25 @@ func accountWindow(w store.Window, now time.Time) *wire.RateLimitWindow {
 // accounts in its scope (the store's cached list: no database round trip).
 // Nil when the accounts cannot be read.
 func (s *Server) limitsFor(ctx context.Context, r *request) *wire.RateLimits {
-	in := limitsInput{Now: s.cfg.Now(), Location: s.cfg.Location, Key: r.keyUse}
-	if !reportsKeyLimits(r.client.key.Limits) {
+	rl, err := s.reportFor(ctx, r.client.key, r.keyUse)
+	if err != nil {
+		return nil
+	}
+	return &rl
+}
+
+// reportFor is what a client of key k, whose limits stand at uses, is told
+// of its limits now (see reportLimits).
+func (s *Server) reportFor(ctx context.Context, k store.ClientKey, uses []limitUse) (wire.RateLimits, error) {
+	in := limitsInput{Now: s.cfg.Now(), Location: s.cfg.Location, Key: uses}
+	if !reportsKeyLimits(k.Limits) {
 		accounts, err := s.cfg.Store.Accounts(ctx)
 		if err != nil {
-			return nil
+			return wire.RateLimits{}, err
 		}
-		in.Pool = slices.DeleteFunc(accounts, func(a store.Account) bool { return !r.client.key.AllowsAccount(a) })
+		in.Pool = slices.DeleteFunc(accounts, func(a store.Account) bool { return !k.AllowsAccount(a) })
 	}
-	rl := reportLimits(in)
-	return &rl
+	return reportLimits(in), nil
 }
 
 // reportsKeyLimits reports whether a key has a limit the client is told of

@@ -438,6 +438,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}()
 	}
+	if s.serveUsage(w, r) {
+		return
+	}
 	rest, ok := cutPrefix(r.URL.Path, "/backend-api/codex", "/v1")
 	if !ok {
 		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "not_found", Message: "no such route"})
