@@ -34,7 +34,7 @@ func (s *Server) attempt(ctx context.Context, r *request, p plan, ch *choice, cl
 		ch.claim = s.inFlight(ch.target.Account.ID)
 	}
 	defer ch.release()
-	h := &head{recovery: p.recovery, notice: p.fallbackNotice(ch.target), released: p.released}
+	h := &head{recovery: p.recovery, notice: p.fallbackNotice(ch.target), released: p.released, limits: r.limits}
 	if key, ok := cl.lane(r); ok && !s.httpOnly.has(ch.target.Account.ID, s.cfg.Now()) {
 		if res, done := s.attemptLane(ctx, r, p, ch, cl, h, key); done {
 			return res

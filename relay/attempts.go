@@ -32,10 +32,11 @@ func (s *Server) attempts(ctx context.Context, r *request, cl clientStream) {
 		if class == classCancelled || ctx.Err() != nil {
 			return // nobody is listening
 		}
-		_ = cl.fail(&head{recovery: t.plan.recovery}, f)
+		_ = cl.fail(&head{recovery: t.plan.recovery, limits: r.limits}, f)
 	}
 	reserved, err := s.admitBudget(ctx, r)
 	r.reserved, log.rec.Reserved = reserved, reserved // settled (deleted) with the request's log row
+	r.limits = s.limitsFor(ctx, r)
 	if err == nil {
 		// Files the input references live on one account: hard evidence.
 		r.objectOwner, err = s.referencedAccount(ctx, r.client.scope(), r.body)

@@ -24,6 +24,9 @@
 //     where the request is served.
 //   - policy.go: the key's model policy (aliases, reasoning effort,
 //     priority tier); spend.go: its budget (admission, settlement).
+//   - limits.go: what the client is told of its limits (the key's, or
+//     the pool's room for it) in place of the serving account's figures;
+//     usage_route.go: the usage routes Codex's /status asks.
 //   - request.go: a request as admitted; compaction.go: how a request is
 //     recognised as a compaction; metadata.go: client_metadata edits.
 //   - forward.go, replicas.go: a thread's requests served by the replica

@@ -9,6 +9,7 @@ import (
 	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
 // request is one client request on the Responses routes, as admitted: who
@@ -41,6 +42,12 @@ type request struct {
 	// reserved: the request holds a budget reservation (set once, by its
 	// admission, before any attempt).
 	reserved bool
+	// keyUse is its key's limits and their use as its admission read them
+	// (nil: the key has none, or the store did not answer); limits is what
+	// its client is told of its limits, worked out once after admission
+	// (nil: nothing is known). See limits.go.
+	keyUse []limitUse
+	limits *wire.RateLimits
 	// turnState is the client's x-codex-turn-state, if any.
 	turnState string
 	// compaction says how the request is a compaction ("" when it is not;

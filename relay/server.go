@@ -448,6 +448,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}()
 	}
+	if s.serveUsage(w, r) {
+		return
+	}
 	rest, ok := cutPrefix(r.URL.Path, "/backend-api/codex", "/v1")
 	if !ok {
 		// The ChatGPT backend's own routes, beside its /codex (Codex's

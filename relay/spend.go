@@ -45,6 +45,7 @@ func (s *Server) admitBudget(ctx context.Context, r *request) (bool, error) {
 	if err != nil {
 		return reserve, storeUnavailable("check the client key's limits", err)
 	}
+	r.keyUse = limitUseOf(k.Limits, a)
 	for i, l := range k.Limits {
 		if l.Max > 0 {
 			s.metrics.budgetUse.WithLabelValues(k.ID, l.Name()).Set(a.Used[i] / l.Max)

@@ -124,6 +124,9 @@ func (c *sseClient) commit(h *head) {
 }
 
 func (c *sseClient) send(h *head, typ string, data []byte) error {
+	if typ == wire.EventRateLimits {
+		return nil // the serving account's figures: the client has its own, in the headers
+	}
 	if !c.committed {
 		h.decideTurnState(c.r, c)
 		c.commit(h)

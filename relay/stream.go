@@ -43,7 +43,10 @@ type head struct {
 	// ids, and the turn state a lane's upgrade answer gave.
 	upstream http.Header
 	recovery string // the recovery that led to this attempt ("" none)
-	notice   string // the fallback notice ("" none)
+	// limits is what the client is told of its limits (the request's; nil:
+	// nothing known), in place of the upstream's figures.
+	limits *wire.RateLimits
+	notice string // the fallback notice ("" none)
 	// released: the account that issued the client's turn state failed this
 	// request before any work (plan.released); the state now binds the
 	// turn to the account that answers.
@@ -77,9 +80,11 @@ func (h *head) decideTurnState(r *request, cl clientStream) {
 }
 
 // setHeaders writes the answer's own headers: the upstream's that Codex
-// reads, the recovery, the fallback notice and the turn state.
+// reads, the client's limits, the recovery, the fallback notice and the
+// turn state.
 func (h *head) setHeaders(dst http.Header) {
 	passHeaders(dst, h.upstream)
+	setLimitHeaders(dst, h.limits)
 	if h.recovery != "" {
 		dst.Set(RecoveryHeader, h.recovery)
 	}
@@ -94,12 +99,14 @@ func (h *head) setHeaders(dst http.Header) {
 // RecoveryHeader names the last recovery action a request needed.
 const RecoveryHeader = "X-Codex-Relay-Recovery"
 
-// passHeaders copies upstream answer headers Codex reads: rate limits, turn
-// state, request ids.
+// passHeaders copies upstream answer headers Codex reads: turn state,
+// request ids, Codex's other x-codex-* headers. The serving account's own
+// limits are not among them (see isAccountLimitHeader): the client is told
+// its own.
 func passHeaders(dst, src http.Header) {
 	for k, vs := range src {
 		lk := strings.ToLower(k)
-		if strings.HasPrefix(lk, "x-codex-") || lk == "x-request-id" || strings.HasPrefix(lk, "openai-") || strings.HasPrefix(lk, "x-ratelimit-") {
+		if (strings.HasPrefix(lk, "x-codex-") || lk == "x-request-id" || strings.HasPrefix(lk, "openai-")) && !isAccountLimitHeader(lk) {
 			dst[k] = append([]string(nil), vs...)
 		}
 	}

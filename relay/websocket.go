@@ -475,6 +475,8 @@ type wsClient struct {
 	ctx     context.Context // the session's, for this request's writes
 	r       *request
 	noticed bool
+	// limitsSent: the request's own codex.rate_limits event went out.
+	limitsSent bool
 	// err is the first write that failed: the session ends with it.
 	err error
 }
@@ -491,6 +493,12 @@ func (c *wsClient) write(msg []byte) error {
 func (c *wsClient) lane(*request) (bridge.Key, bool) { return c.ws.laneKey(), true }
 
 func (c *wsClient) send(h *head, typ string, data []byte) error {
+	if typ == wire.EventRateLimits {
+		return nil // the serving account's figures: the client has its own
+	}
+	if err := c.sendLimits(h); err != nil {
+		return err
+	}
 	if h.notice != "" && !c.noticed {
 		c.noticed = true
 		if err := c.write(noticeEvent(h.notice)); err != nil {
@@ -511,7 +519,26 @@ func (c *wsClient) send(h *head, typ string, data []byte) error {
 	return c.write(data)
 }
 
-func (c *wsClient) fail(_ *head, f *failure) error { return c.write(f.wsEvent()) }
+func (c *wsClient) fail(h *head, f *failure) error {
+	if err := c.sendLimits(h); err != nil {
+		return err
+	}
+	if f.event != nil {
+		return c.write(scrubErrorEvent(f.event, h.limits))
+	}
+	return c.write(f.wsEvent())
+}
+
+// sendLimits sends, once per request and before anything else of its
+// answer, what the client is told of its limits as a codex.rate_limits
+// event (Codex reads it in place of the HTTP headers).
+func (c *wsClient) sendLimits(h *head) error {
+	if c.limitsSent || h.limits == nil {
+		return nil
+	}
+	c.limitsSent = true
+	return c.write(c.ws.s.limitsEvent(h.limits))
+}
 
 func (c *wsClient) reply(_ *head, _ int, _ []byte) error {
 	return c.write(errorEvent(http.StatusBadGateway, apiError{Type: wire.TypeServerError, Code: "upstream_unexpected_answer",

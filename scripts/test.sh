@@ -80,6 +80,14 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 export CODEX_RELAY_CHROMIUM=${CODEX_RELAY_CHROMIUM:-$(command -v chromium)}
 
+# --- tmux for the Codex TUI test (the interactive client in a detached session), from Debian, only when missing.
+if ! command -v tmux >/dev/null 2>&1; then
+  log "apt-get install tmux"
+  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq tmux >/dev/null
+fi
+
 # test_packages prints the packages among go test's arguments: those that
 # are not flags or flags' values (default ./...).
 test_packages() {

@@ -176,6 +176,10 @@ type State struct {
 	// InFlight is how many of those are still under way (what concurrent
 	// counts).
 	InFlight int64
+	// Oldest is, by index of the key's limits, when the oldest settled use
+	// a rolling limit counts started: the window frees room once it
+	// leaves. Zero for none, and for other limits.
+	Oldest []time.Time
 }
 
 // Refusal is a limit a request may not start under.

@@ -268,6 +268,10 @@ func (c *Codex) run(ctx context.Context, o RunOptions, args ...string) (*Result,
 	return res, nil
 }
 
+// Env is the environment a run of Codex gets (see env), for a test that
+// starts Codex itself (the interactive TUI under tmux).
+func (c *Codex) Env() []string { return c.env() }
+
 // env is the whole environment of a run: nothing of the test process leaks
 // in (no OPENAI_API_KEY, no proxy settings, not the user's home), only what
 // Codex needs.

@@ -49,6 +49,9 @@ type Refused struct {
 type Admitted struct {
 	Refused *Refused
 	Used    []float64
+	// Oldest is, by limit index, when the oldest settled use a rolling
+	// limit counts started (zero: none, or not a rolling limit).
+	Oldest []time.Time
 }
 
 // Admit decides an admission in one transaction that holds the key's row
@@ -74,7 +77,8 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Admitted, error) {
 		if err != nil {
 			return err
 		}
-		out.Used = make([]float64, len(a.Key.Limits))
+		out.Used, out.Oldest = make([]float64, len(a.Key.Limits)), st.Oldest
+
 		for i, l := range a.Key.Limits {
 			out.Used[i] = st.Used(i, l)
 		}
@@ -125,6 +129,12 @@ func (s *Store) budgetState(ctx context.Context, q querier, k ClientKey, replica
 		args     []any
 		earliest = now
 		idx      []int
+		// rolling are the rolling limits, whose oldest counted use is read
+		// after the sums: when it leaves the window is when the window
+		// next frees some room.
+		rolling     []int
+		oldest      []string
+		oldestStart []any
 	)
 	for i, l := range k.Limits {
 		if l.Metric == budget.Concurrent {
@@ -138,7 +148,13 @@ func (s *Store) budgetState(ctx context.Context, q querier, k ClientKey, replica
 		sums = append(sums, fmt.Sprintf("COALESCE(SUM(CASE WHEN started_at >= ? THEN %s ELSE 0 END), 0)", expr))
 		args = append(args, start.UnixMilli())
 		idx = append(idx, i)
+		if l.Window.Rolling() > 0 {
+			oldest = append(oldest, "COALESCE(MIN(CASE WHEN started_at >= ? THEN started_at END), 0)")
+			oldestStart = append(oldestStart, start.UnixMilli())
+			rolling = append(rolling, i)
+		}
 	}
+	sums, args = append(sums, oldest...), append(args, oldestStart...)
 	// One statement, so one snapshot on PostgreSQL: a request settling
 	// meanwhile (its row written, its reservation deleted) is seen on one
 	// side or the other, never on neither.
@@ -168,7 +184,13 @@ func (s *Store) budgetState(ctx context.Context, q querier, k ClientKey, replica
 			st.Settled[i].CostNanos = vals[j]
 		}
 	}
-	rv := vals[len(idx):]
+	st.Oldest = make([]time.Time, len(k.Limits))
+	for j, i := range rolling {
+		if ms := vals[len(idx)+j]; ms > 0 {
+			st.Oldest[i] = time.UnixMilli(ms)
+		}
+	}
+	rv := vals[len(idx)+len(rolling):]
 	st.Reserved = budget.Use{Requests: rv[0], Tokens: rv[2], CostNanos: rv[3]}
 	st.InFlight = rv[1]
 	return st, nil

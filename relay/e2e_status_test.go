@@ -1,0 +1,127 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codexrelay/codex-relay/internal/budget"
+	"github.com/codexrelay/codex-relay/internal/codexcli"
+	"github.com/codexrelay/codex-relay/internal/store"
+)
+
+// tui is the interactive Codex TUI in a detached tmux session.
+type tui struct {
+	t       *testing.T
+	session string
+}
+
+// startTUI runs codex's TUI for c in a tmux session of its own, or skips
+// the test when tmux is missing (fails under CODEX_RELAY_REQUIRE_E2E=1).
+func startTUI(t *testing.T, c *codexcli.Codex) *tui {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		if os.Getenv(codexcli.RequireEnv) == "1" {
+			t.Fatalf("tmux is missing (%s=1 requires it; scripts/test.sh installs it)", codexcli.RequireEnv)
+		}
+		t.Skip("tmux is missing: the TUI test needs it")
+	}
+	name := fmt.Sprintf("codex-relay-%d-%d", os.Getpid(), time.Now().UnixNano())
+	env := append(c.Env(), "TERM=xterm-256color")
+	args := []string{"new-session", "-d", "-s", name, "-x", "200", "-y", "60", "-c", c.Dir, "env", "-i"}
+	args = append(append(args, env...), c.Binary)
+	out, err := exec.Command("tmux", args...).CombinedOutput()
+	require.NoError(t, err, "tmux: %s", out)
+	t.Cleanup(func() { _ = exec.Command("tmux", "kill-session", "-t", name).Run() })
+	return &tui{t: t, session: name}
+}
+
+// pane is what the TUI shows now.
+func (u *tui) pane() string {
+	out, err := exec.Command("tmux", "capture-pane", "-p", "-t", u.session).Output()
+	require.NoError(u.t, err)
+	return string(out)
+}
+
+// waitFor polls the pane until ok holds for it, within d.
+func (u *tui) waitFor(d time.Duration, what string, ok func(pane string) bool) string {
+	u.t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		p := u.pane()
+		if ok(p) {
+			return p
+		}
+		if time.Now().After(deadline) {
+			u.t.Fatalf("the TUI did not show %s within %s; it shows:\n%s", what, d, p)
+		}
+		<-tick.C
+	}
+}
+
+// submit types text, waits until the composer shows it (typed in one
+// burst, an Enter would be taken as part of a paste), then presses Enter.
+func (u *tui) submit(text string) {
+	u.t.Helper()
+	require.NoError(u.t, exec.Command("tmux", "send-keys", "-t", u.session, "-l", text).Run())
+	u.waitFor(30*time.Second, "the typed "+strconv.Quote(text), func(p string) bool { return strings.Contains(p, "› "+text) })
+	require.NoError(u.t, exec.Command("tmux", "send-keys", "-t", u.session, "Enter").Run())
+}
+
+// The real Codex TUI, pointed at the relay with the README's config block,
+// shows the limit of its client key: after a turn, its warning and status
+// line name the key's daily limit and what is left of it (the relay's
+// headers; the serving account reports 5h and weekly windows with nothing
+// used). Codex 0.171.0's /status card itself reads the limits through the
+// account (a ChatGPT login's /wham/usage): with an API key provider it says
+// "data not available yet", so only its rendering is checked here.
+func TestCodexTUIShowsTheKeysLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	ctx := context.Background()
+	const max = 100000
+	k, secret, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "tui",
+		Limits: []budget.Limit{{Metric: budget.Tokens, Window: budget.Day, Max: max}}})
+	require.NoError(t, err)
+	// Most of the day's tokens are spent already, by other requests of the key.
+	for i := 0; ; i++ {
+		lu, err := h.store.KeyBudget(ctx, k, "", time.Time{}, time.UTC)
+		require.NoError(t, err)
+		if lu[0].Used+lu[0].Reserved >= 0.8*max {
+			break
+		}
+		require.Less(t, i, 500, "the key's use does not grow")
+		resp, body := h.post(sessionS, "", responseRequest(strings.Repeat("spend the day's tokens ", 2000)), bearer(secret))
+		require.Equal(t, 200, resp.StatusCode, body)
+	}
+	codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: false, Key: secret})
+	u := startTUI(t, codex)
+	u.waitFor(time.Minute, "its composer", func(p string) bool { return strings.Contains(p, "Ask Codex to do anything") })
+	u.submit("say hello")
+	left := regexp.MustCompile(`daily limit: (?:only )?(<?\d+)% left`)
+	p := u.waitFor(time.Minute, "the key's daily limit", func(p string) bool {
+		return strings.Contains(p, "Simulated reply to: say hello") && left.MatchString(p)
+	})
+	m := left.FindStringSubmatch(p)[1]
+	if m != "<1" {
+		n, err := strconv.Atoi(m)
+		require.NoError(t, err)
+		assert.LessOrEqual(t, n, 20, "at least 80%% of the day's tokens are used: %s", p)
+	}
+	assert.Contains(t, p, "of your daily limit left", "the TUI's warning names the key's window")
+	assert.NotContains(t, p, "5h limit", "the serving account's window")
+	u.submit("/status")
+	p = u.waitFor(30*time.Second, "the /status card", func(p string) bool { return strings.Contains(p, "Model provider:") })
+	t.Logf("/status:\n%s", p)
+}

@@ -1,0 +1,116 @@
+package relay
+
+import (
+	"context"
+	"math"
+	"net/http"
+
+	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/wire"
+)
+
+// The routes at which Codex asks its usage for /status, at its
+// chatgpt_base_url: /wham/usage when that URL holds /backend-api (so
+// chatgpt_base_url = "http://relay/backend-api"), /api/codex/usage
+// otherwise, served here under /backend-api too.
+const (
+	usagePathWham  = "/backend-api/wham/usage"
+	usagePathCodex = "/backend-api/api/codex/usage"
+)
+
+// serveUsage answers Codex's usage request itself, when r is one: the
+// same figures the client's answers carry (see reportLimits), in the shape
+// of the ChatGPT backend's usage payload. It is the client key's: a wrong
+// key is refused as on every client route. It reports whether r was one.
+func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) bool {
+	if r.URL.Path != usagePathWham && r.URL.Path != usagePathCodex {
+		return false
+	}
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		writeError(w, http.StatusMethodNotAllowed, apiError{Type: "invalid_request_error", Code: "method_not_allowed", Message: "use GET"})
+		return true
+	}
+	cl, ok := s.admit(w, r)
+	if !ok {
+		return true
+	}
+	uses, err := s.keyUseNow(r.Context(), cl.key)
+	if err != nil {
+		s.writeFailure(w, err)
+		return true
+	}
+	rl, err := s.reportFor(r.Context(), cl.key, uses)
+	if err != nil {
+		s.writeFailure(w, storeUnavailable("read accounts", err))
+		return true
+	}
+	b := mustJSON(usagePayloadOf(rl, s.cfg.Now().Unix()))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+	return true
+}
+
+// keyUseNow reads a key's use as an admission would count it, through
+// one that only checks (it reserves nothing): nil for a key without
+// limits.
+func (s *Server) keyUseNow(ctx context.Context, k store.ClientKey) ([]limitUse, error) {
+	if len(k.Limits) == 0 {
+		return nil, nil
+	}
+	a, err := s.cfg.Store.Admit(ctx, store.Admission{Key: k, Replica: s.cfg.Replica.ID, LiveSince: s.ReplicaLiveSince(),
+		Location: s.cfg.Location, Now: s.cfg.Now()})
+	if err != nil {
+		return nil, storeUnavailable("check the client key's limits", err)
+	}
+	return limitUseOf(k.Limits, a), nil
+}
+
+// usagePayload is the ChatGPT backend's usage answer as Codex decodes it
+// (its RateLimitStatusPayload): every window figure a whole number.
+type usagePayload struct {
+	// PlanType is required by Codex, from a fixed list: the relay serves a
+	// shared pool, and names it a team's.
+	PlanType  string          `json:"plan_type"`
+	RateLimit *usageRateLimit `json:"rate_limit"`
+	// Credits stays null: the relay keeps no credit balance for a key.
+	Credits *wire.Credits `json:"credits"`
+}
+
+type usageRateLimit struct {
+	Allowed         bool          `json:"allowed"`
+	LimitReached    bool          `json:"limit_reached"`
+	PrimaryWindow   *statusWindow `json:"primary_window"`
+	SecondaryWindow *statusWindow `json:"secondary_window"`
+}
+
+type statusWindow struct {
+	UsedPercent        int   `json:"used_percent"`
+	LimitWindowSeconds int   `json:"limit_window_seconds"`
+	ResetAfterSeconds  int64 `json:"reset_after_seconds"`
+	ResetAt            int64 `json:"reset_at"`
+}
+
+// usagePayloadOf is rl in the usage payload's shape, at unix time now; no
+// window known is a null rate_limit.
+func usagePayloadOf(rl wire.RateLimits, now int64) usagePayload {
+	p := usagePayload{PlanType: "team"}
+	if rl.Primary == nil && rl.Secondary == nil {
+		return p
+	}
+	window := func(w *wire.RateLimitWindow) *statusWindow {
+		if w == nil {
+			return nil
+		}
+		uw := &statusWindow{UsedPercent: int(math.Round(w.UsedPercent)), LimitWindowSeconds: w.WindowMinutes * 60, ResetAt: w.ResetAt}
+		if w.ResetAt > now {
+			uw.ResetAfterSeconds = w.ResetAt - now
+		}
+		return uw
+	}
+	reached := rl.Primary != nil && rl.Primary.UsedPercent >= 100 || rl.Secondary != nil && rl.Secondary.UsedPercent >= 100
+	p.RateLimit = &usageRateLimit{Allowed: !reached, LimitReached: reached, PrimaryWindow: window(rl.Primary), SecondaryWindow: window(rl.Secondary)}
+	return p
+}
