@@ -69,6 +69,10 @@ var objectRoutes = []objectRoute{
 	{name: "audio.speech", method: http.MethodPost, path: "/audio/speech", body: bodyJSON},
 	{name: "memories.trace_summarize", method: http.MethodPost, path: "/memories/trace_summarize", body: bodyJSON},
 	{name: "analytics", method: http.MethodPost, path: "/analytics-events/events", drop: true},
+	// A realtime (WebRTC) call: the SDP answer names the call in its
+	// Location; the call's sideband WebSocket (/realtime?call_id=) goes to
+	// the same account.
+	{name: "realtime.calls", method: http.MethodPost, path: "/realtime/calls", kind: store.ObjectRealtimeCall, creates: true, body: bodyStream},
 	// The ChatGPT backend's file upload (Codex's attachments): the answer
 	// names the file and where to put its bytes (the client uploads them
 	// there itself), then the client says they are uploaded.

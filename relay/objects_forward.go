@@ -218,6 +218,13 @@ func (s *Server) deliverObject(w http.ResponseWriter, c *objectCall, ch choice, 
 		_, _ = w.Write(doc)
 		return
 	}
+	if loc := resp.Header.Get("Location"); c.rt.creates && loc != "" {
+		// An object named by its Location (a realtime call), recorded
+		// before the client can name it.
+		id := loc[strings.LastIndexByte(loc, '/')+1:]
+		s.noteObjectAnswer(ctx, c, ch, mustJSON(map[string]string{"id": id}))
+		w.Header().Set("Location", loc)
+	}
 	if resp.ContentLength >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}

@@ -477,6 +477,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveChatCompletions(w, r)
 	case strings.HasPrefix(rest, "/thread/goal/") && r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/backend-api/codex/"):
 		s.serveGoal(w, r, strings.TrimPrefix(rest, "/thread/goal/"))
+	case (rest == "/realtime" || rest == "") && r.Method == http.MethodGet && isWebSocketUpgrade(r):
+		// Codex dials its provider's base itself for realtime on the
+		// ChatGPT backend (no /realtime), and .../realtime on /v1.
+		s.serveRealtime(w, r, "/realtime")
 	case s.serveObjectRoute(w, r, rest):
 	case rest == "/responses":
 		w.Header().Set("Allow", "GET, POST")

@@ -388,7 +388,13 @@ const MaxMessageBytes = 64 << 20
 // dialWebSocket opens an upstream Responses WebSocket for target. The
 // returned response carries the upgrade's headers (rate limits, turn state).
 func (u *Upstream) dialWebSocket(ctx context.Context, t target, clientHeader http.Header, raw *net.Conn) (*websocket.Conn, *http.Response, error) {
-	url := t.ResponsesURL("")
+	return u.dialWebSocketURL(ctx, t, t.ResponsesURL(""), clientHeader, raw, wire.OpenAIBetaWebSockets)
+}
+
+// dialWebSocketURL opens an upstream WebSocket at url (http or https, made
+// ws or wss) for target, with the client's forwardable headers; beta, when
+// set, is the OpenAI-Beta header sent (else the client's, if any).
+func (u *Upstream) dialWebSocketURL(ctx context.Context, t target, url string, clientHeader http.Header, raw *net.Conn, beta string) (*websocket.Conn, *http.Response, error) {
 	switch {
 	case strings.HasPrefix(url, "https://"):
 		url = "wss://" + strings.TrimPrefix(url, "https://")
@@ -398,7 +404,9 @@ func (u *Upstream) dialWebSocket(ctx context.Context, t target, clientHeader htt
 	h := http.Header{}
 	forwardHeaders(h, clientHeader)
 	t.authorize(h)
-	h.Set("OpenAI-Beta", wire.OpenAIBetaWebSockets)
+	if beta != "" {
+		h.Set("OpenAI-Beta", beta)
+	}
 	hc, err := u.laneClient(t.Account, url, raw)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dial upstream websocket %s: %w", t.Account.ID, err)

@@ -15,6 +15,9 @@ type ObjectKind string
 const (
 	ObjectFile     ObjectKind = "file"     // an uploaded file (OpenAI's /files, ChatGPT's file upload)
 	ObjectResponse ObjectKind = "response" // a stored or background response
+	// ObjectRealtimeCall is a realtime (WebRTC) call, whose sideband
+	// WebSocket (?call_id=) must reach the account that took the call.
+	ObjectRealtimeCall ObjectKind = "realtime_call"
 )
 
 // Object is something a client created upstream through the relay: it
