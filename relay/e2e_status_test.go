@@ -1,10 +1,12 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -38,11 +40,47 @@ func startTUI(t *testing.T, c *codexcli.Codex) *tui {
 	name := fmt.Sprintf("codex-relay-%d-%d", os.Getpid(), time.Now().UnixNano())
 	env := append(c.Env(), "TERM=xterm-256color")
 	args := []string{"new-session", "-d", "-s", name, "-x", "200", "-y", "60", "-c", c.Dir, "env", "-i"}
-	args = append(append(args, env...), c.Binary)
+	// Without --no-daemon, the TUI (0.157 and later) starts a detached,
+	// shared app-server under CODEX_HOME and an updater beside it, which
+	// outlive the session and would fetch Codex releases.
+	args = append(append(args, env...), c.Binary, "--no-daemon")
 	out, err := exec.Command("tmux", args...).CombinedOutput()
 	require.NoError(t, err, "tmux: %s", out)
-	t.Cleanup(func() { _ = exec.Command("tmux", "kill-session", "-t", name).Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("tmux", "kill-session", "-t", name).Run()
+		if left := processesUnder(filepath.Join(c.Home, "packages")); len(left) > 0 {
+			for _, p := range left {
+				_ = p.Kill()
+			}
+			t.Errorf("the TUI left %d processes running from its CODEX_HOME (a daemon?)", len(left))
+		}
+	})
 	return &tui{t: t, session: name}
+}
+
+// processesUnder lists the processes whose command line names dir (read
+// from /proc; none where there is no /proc): programs run from a folder
+// Codex installs into.
+func processesUnder(dir string) []*os.Process {
+	entries, err := os.ReadDir("/proc")
+	if err != nil || dir == "" {
+		return nil
+	}
+	var out []*os.Process
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmd, []byte(dir)) {
+			continue
+		}
+		if p, err := os.FindProcess(pid); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // pane is what the TUI shows now.
