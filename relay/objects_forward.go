@@ -206,16 +206,28 @@ func (s *Server) deliverObject(w http.ResponseWriter, c *objectCall, ch choice, 
 	}
 	if strings.HasPrefix(strings.ToLower(ct), "application/json") && resp.ContentLength <= maxObjectDocument {
 		doc, err := io.ReadAll(io.LimitReader(body, maxObjectDocument+1))
-		if err != nil || int64(len(doc)) > maxObjectDocument {
+		if err != nil {
 			f := failInterrupted()
 			c.log.answered(f, classStreamCut)
 			writeError(w, f.status, f.err)
 			return
 		}
-		s.noteObjectAnswer(ctx, c, ch, doc)
+		if int64(len(doc)) <= maxObjectDocument {
+			s.noteObjectAnswer(ctx, c, ch, doc)
+			c.log.rec.Status = resp.StatusCode
+			w.WriteHeader(resp.StatusCode)
+			_, _ = w.Write(doc)
+			return
+		}
+		// Larger than the relay reads (many large images): what was read
+		// goes first, the rest streams through unread.
 		c.log.rec.Status = resp.StatusCode
 		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(doc)
+		if _, err := w.Write(doc); err != nil {
+			c.log.ended(classCancelled)
+			return
+		}
+		s.finishStream(ctx, w, c, body)
 		return
 	}
 	if loc := resp.Header.Get("Location"); c.rt.creates && loc != "" {
@@ -230,6 +242,13 @@ func (s *Server) deliverObject(w http.ResponseWriter, c *objectCall, ch choice, 
 	}
 	c.log.rec.Status = resp.StatusCode
 	w.WriteHeader(resp.StatusCode)
+	s.finishStream(ctx, w, c, body)
+}
+
+// finishStream streams the rest of an answer whose headers were sent. A
+// break mid-answer breaks the client's answer too, rather than end it
+// short (a cut file must never read as a whole one).
+func (s *Server) finishStream(ctx context.Context, w http.ResponseWriter, c *objectCall, body io.Reader) {
 	if err := s.streamThrough(w, body); err != nil {
 		c.log.ended(classStreamCut)
 		c.log.rec.ErrorCode = string(classStreamCut)
@@ -237,7 +256,6 @@ func (s *Server) deliverObject(w http.ResponseWriter, c *objectCall, ch choice, 
 			c.log.ended(classCancelled)
 			return
 		}
-		// Break the client's answer rather than end it short.
 		panic(http.ErrAbortHandler)
 	}
 }

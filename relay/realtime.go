@@ -40,6 +40,7 @@ func (s *Server) serveRealtime(w http.ResponseWriter, hr *http.Request, rest str
 	rt := objectRoute{name: "realtime", kind: store.ObjectRealtimeCall}
 	callID := hr.URL.Query().Get("call_id")
 	c := s.newObjectCall(hr, rt, callID, rest, cl, ident)
+	c.r.transport = "ws"
 	defer c.log.write()
 	model := hr.URL.Query().Get("model")
 	c.r.fields, c.r.asked = continuity.Fields{Model: model}, model
