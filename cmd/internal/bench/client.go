@@ -314,6 +314,8 @@ func (b *benchConversation) prewarm(ctx context.Context, conn *websocket.Conn) (
 		}
 		typ, _ := wire.EventType(frame)
 		switch {
+		case typ == wire.EventRateLimits:
+			events-- // a limits report, not the answer's (see answerEvents)
 		case typ == "response.completed":
 			var ev struct {
 				Response struct {
@@ -335,12 +337,17 @@ func (b *benchConversation) prewarm(ctx context.Context, conn *websocket.Conn) (
 // output token; response.completed ends the turn (with its output items
 // when wantOutput); any other terminal event is an error.
 func (b *benchConversation) event(data []byte, start time.Time, s *turnSample, wantOutput bool) (done bool, output []any, err error) {
+	typ, _ := wire.EventType(data)
+	if typ == wire.EventRateLimits {
+		// A limits report, not the answer's (see answerEvents): neither
+		// counted nor the first event (the relay sends its own at once).
+		return false, nil, nil
+	}
 	s.events++
 	s.eventBytes += len(data)
 	if s.firstEvent == 0 {
 		s.firstEvent = time.Since(start)
 	}
-	typ, _ := wire.EventType(data)
 	switch {
 	case typ == "response.output_text.delta" && s.firstToken == 0:
 		s.firstToken = time.Since(start)

@@ -19,6 +19,7 @@ import (
 	"github.com/codexrelay/codex-relay/continuity"
 	"github.com/codexrelay/codex-relay/internal/sim"
 	"github.com/codexrelay/codex-relay/internal/store"
+	"github.com/codexrelay/codex-relay/internal/wire"
 	"github.com/codexrelay/codex-relay/relay"
 )
 
@@ -231,7 +232,21 @@ func (e *benchEnv) simEvents() int64 {
 	var n int64
 	for _, r := range e.upstream.Records(sim.RecordFilter{Route: sim.RouteResponses}) {
 		if r.Kind != sim.RecordHandshake {
-			n += int64(r.Events)
+			n += int64(answerEvents(r.EventTypes))
+		}
+	}
+	return n
+}
+
+// answerEvents counts the events of an answer, less its codex.rate_limits
+// events: those report limits, and the relay replaces the account's with
+// the client key's own (one before each WebSocket response, headers over
+// HTTP), so neither side counts them.
+func answerEvents(types []string) int {
+	n := 0
+	for _, t := range types {
+		if t != wire.EventRateLimits {
+			n++
 		}
 	}
 	return n
