@@ -101,12 +101,20 @@ func (u *tui) waitFor(d time.Duration, what string, ok func(pane string) bool) s
 		if ok(p) {
 			return p
 		}
+		if strings.Contains(p, rateLimitOffer) && strings.Contains(p, "Keep current model") {
+			// Past 90% of a limit, Codex offers to switch models, over the
+			// composer and the transcript: declined.
+			require.NoError(u.t, exec.Command("tmux", "send-keys", "-t", u.session, "Escape").Run())
+		}
 		if time.Now().After(deadline) {
 			u.t.Fatalf("the TUI did not show %s within %s; it shows:\n%s", what, d, p)
 		}
 		<-tick.C
 	}
 }
+
+// rateLimitOffer heads Codex's offer to switch models near a limit.
+const rateLimitOffer = "Approaching rate limits"
 
 // submit types text, waits until the composer shows it (typed in one
 // burst, an Enter would be taken as part of a paste), then presses Enter.
@@ -166,20 +174,18 @@ func TestCodexTUIShowsTheKeysLimit(t *testing.T) {
 	}
 	assert.Contains(t, p, "of your daily limit left", "the TUI's warning names the key's window")
 	assert.NotContains(t, p, "5h limit", "the serving account's window")
-	// Past 90%, Codex offers to switch models once the turn is over, over
-	// the composer: the offer is declined and the command typed again.
-	const offer = "Approaching rate limits"
+	// The offer to switch models may come once the turn is over, and take
+	// what is typed: the command is typed again until the composer shows it.
 	for try := 0; ; try++ {
 		require.Less(t, try, 3, "the composer never took /status")
 		require.NoError(t, exec.Command("tmux", "send-keys", "-t", u.session, "-l", "/status").Run())
 		p = u.waitFor(30*time.Second, "the typed /status (or the offer to switch models)", func(p string) bool {
-			return strings.Contains(p, "› /status") || strings.Contains(p, offer)
+			return strings.Contains(p, "› /status") || strings.Contains(p, rateLimitOffer)
 		})
-		if !strings.Contains(p, offer) {
+		if !strings.Contains(p, rateLimitOffer) {
 			break
 		}
-		require.NoError(t, exec.Command("tmux", "send-keys", "-t", u.session, "Escape").Run())
-		u.waitFor(30*time.Second, "the offer declined", func(p string) bool { return !strings.Contains(p, offer) })
+		u.waitFor(30*time.Second, "the offer declined", func(p string) bool { return !strings.Contains(p, rateLimitOffer) })
 		require.NoError(t, exec.Command("tmux", "send-keys", "-t", u.session, "C-u").Run())
 	}
 	require.NoError(t, exec.Command("tmux", "send-keys", "-t", u.session, "Enter").Run())
