@@ -145,3 +145,37 @@ func TestRealtimeNeedsAKey(t *testing.T) {
 	}
 	conn.CloseNow()
 }
+
+// The controls of a Responses session hold for a realtime one: a revoked
+// key ends it at its next client message (policy violation, nothing more
+// goes upstream), and a drain closes it with 1012 between responses.
+func TestRealtimeSessionEndsOnRevokeAndDrain(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1")}, Logger: testLogger(t)}, nil2)
+	k, key, err := h.store.CreateClientKey(context.Background(), store.ClientKey{Name: "voice"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ws := "ws" + strings.TrimPrefix(h.srv.URL, "http") + "/v1/realtime?model=gpt-realtime-1.5"
+	hdr := &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}}
+
+	conn, _, err := websocket.Dial(ctx, ws, hdr)
+	require.NoError(t, err)
+	realtimeTurn(t, ctx, conn)
+	before := len(h.sim.Records(sim.RecordFilter{Route: sim.RouteRealtime}))
+	_, err = h.store.RevokeClientKey(context.Background(), k.ID)
+	require.NoError(t, err)
+	require.NoError(t, conn.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create"}`)))
+	_, _, err = conn.Read(ctx)
+	assert.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "%v", err)
+	assert.Len(t, h.sim.Records(sim.RecordFilter{Route: sim.RouteRealtime}), before, "the message after the revocation never went upstream")
+
+	_, key2, err := h.store.CreateClientKey(context.Background(), store.ClientKey{Name: "voice2"})
+	require.NoError(t, err)
+	conn, _, err = websocket.Dial(ctx, ws, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key2}}})
+	require.NoError(t, err)
+	realtimeTurn(t, ctx, conn)
+	h.relay.Drain()
+	_, _, err = conn.Read(ctx)
+	assert.Equal(t, websocket.StatusServiceRestart, websocket.CloseStatus(err), "%v", err)
+}

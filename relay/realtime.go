@@ -1,13 +1,13 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net"
 	"net/http"
 	"strings"
-	"time"
+	"sync"
+	"sync/atomic"
 
 	"github.com/coder/websocket"
 
@@ -15,10 +15,6 @@ import (
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/internal/wire"
 )
-
-// realtimeKeyCheck is how often a realtime session's client key is read
-// again between client messages: a revoked key ends the session within it.
-const realtimeKeyCheck = time.Minute
 
 // serveRealtime relays a realtime (voice) WebSocket session frame by frame
 // to one account for its whole life: admitted like a Responses session
@@ -29,8 +25,8 @@ const realtimeKeyCheck = time.Minute
 // dial moves to the next account, or answers the client plainly), then
 // each message passed on as it came, in order, one at a time each way
 // (the bound on what is queued), every write within the client write
-// timeout. The usage its response.done events report is the session's
-// log row (route "realtime").
+// timeout, the key read again before each client message. The usage its
+// response.done events report is the session's log row (route "realtime").
 func (s *Server) serveRealtime(w http.ResponseWriter, hr *http.Request, rest string) {
 	ctx := hr.Context()
 	cl, ident, ok := s.admitIdentified(w, hr)
@@ -151,8 +147,10 @@ func (c *objectCall) realtimeURL(t target) string {
 }
 
 // relayRealtime passes messages both ways until either side closes, the
-// relay closes, or the client's key stops being usable (checked again at
-// most every realtimeKeyCheck, before a client message goes on). The
+// relay closes, the relay drains (between responses: 1012, as a Responses
+// session closes between turns), or the client's key stops being usable
+// (read again before every client message, as a Responses session does;
+// the store keeps it briefly and drops it when the key changes). The
 // first end closes both sides with its code.
 func (s *Server) relayRealtime(ctx context.Context, c *objectCall, client, up *websocket.Conn) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -160,12 +158,15 @@ func (s *Server) relayRealtime(ctx context.Context, c *objectCall, client, up *w
 	stop := context.AfterFunc(s.closing, cancel)
 	defer stop()
 	ws := &wsSession{s: s, client: c.r.client}
-	checked := s.cfg.Now()
 	type ended struct {
 		code   websocket.StatusCode
 		reason string
 	}
 	done := make(chan ended, 2)
+	// responding: a response is under way upstream (between its
+	// response.created and its response.done); drain waits for it.
+	var responding atomic.Bool
+	restart := ended{websocket.StatusServiceRestart, "relay restarting: reconnect"}
 	pass := func(from, to *websocket.Conn, toClient bool) {
 		for {
 			typ, msg, err := from.Read(ctx)
@@ -177,15 +178,22 @@ func (s *Server) relayRealtime(ctx context.Context, c *objectCall, client, up *w
 				done <- ended{code, "the other side closed"}
 				return
 			}
-			if !toClient && s.cfg.Now().Sub(checked) >= realtimeKeyCheck {
+			if !toClient {
 				if err := ws.admitTurn(ctx); err != nil {
 					done <- ended{websocket.StatusPolicyViolation, "client key revoked or expired"}
 					return
 				}
-				checked = s.cfg.Now()
 			}
+			var event string
 			if toClient {
-				c.noteRealtimeEvent(msg)
+				event, _ = wire.EventType(msg)
+				c.noteRealtimeEvent(event, msg)
+				switch event {
+				case "response.created":
+					responding.Store(true)
+				case "response.done":
+					responding.Store(false)
+				}
 			}
 			wctx, wcancel := context.WithTimeout(ctx, s.cfg.ClientWriteTimeout)
 			err = to.Write(wctx, typ, msg)
@@ -194,37 +202,51 @@ func (s *Server) relayRealtime(ctx context.Context, c *objectCall, client, up *w
 				done <- ended{websocket.StatusGoingAway, "a write did not finish in time"}
 				return
 			}
+			if event == "response.done" && s.draining.Err() != nil {
+				done <- restart
+				return
+			}
 		}
 	}
-	go pass(client, up, false)
-	go pass(up, client, true)
-	end := <-done
+	var both sync.WaitGroup
+	both.Go(func() { pass(client, up, false) })
+	both.Go(func() { pass(up, client, true) })
+	var end ended
+	select {
+	case end = <-done:
+	case <-s.draining.Done():
+		if !responding.Load() {
+			end = restart
+			break
+		}
+		end = <-done // the response under way ends first
+	}
 	if s.closing.Err() != nil {
 		end = ended{websocket.StatusGoingAway, "relay shutting down"}
 	}
-	cancel()
-	_ = up.Close(end.code, end.reason)
+	// Closed before the reads are cancelled: a cancelled read drops its
+	// connection at once, without the close frame that says why.
 	_ = client.Close(end.code, end.reason)
-	<-done // the other direction has ended too (its read was cancelled)
-	c.log.rec.ErrorCode = ""
+	_ = up.Close(end.code, end.reason)
+	cancel()
+	both.Wait() // both directions have ended (their reads were cancelled): the usage is all in
 	if c.log.last != nil {
 		c.log.served(c.log.rec.AccountID, "", *c.log.last, http.StatusSwitchingProtocols, "")
 	}
 }
 
 // noteRealtimeEvent adds the usage a realtime response.done reports to the
-// session's.
-func (c *objectCall) noteRealtimeEvent(msg []byte) {
-	if !bytes.Contains(msg, []byte(`"response.done"`)) {
+// session's (event is msg's type).
+func (c *objectCall) noteRealtimeEvent(event string, msg []byte) {
+	if event != "response.done" {
 		return
 	}
 	var ev struct {
-		Type     string `json:"type"`
 		Response struct {
 			Usage json.RawMessage `json:"usage"`
 		} `json:"response"`
 	}
-	if json.Unmarshal(msg, &ev) != nil || ev.Type != "response.done" || len(ev.Response.Usage) == 0 {
+	if json.Unmarshal(msg, &ev) != nil || len(ev.Response.Usage) == 0 {
 		return
 	}
 	tr := usageTracker("", ev.Response.Usage)
