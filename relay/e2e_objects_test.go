@@ -477,3 +477,29 @@ func TestChatGPTFileUploadFlow(t *testing.T) {
 	row := waitRoute(t, h.store, "files.create", id)
 	assert.Equal(t, h.ids[accounts[0]], row.AccountID)
 }
+
+// The object routes are admitted like a turn: a key's model allow-list
+// refuses a model it does not list (nothing goes upstream), and the
+// client key never goes upstream.
+func TestObjectRoutesHoldTheKeysModels(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1")}, Logger: testLogger(t)}, nil2)
+	_, key, err := h.store.CreateClientKey(context.Background(), store.ClientKey{Name: "images", Models: []string{"gpt-image-1.5"}})
+	require.NoError(t, err)
+	post := func(body string) (int, map[string]any) {
+		req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/images/generations", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		return doJSON(t, req)
+	}
+	code, got := post(`{"prompt":"a fox","model":"dall-e-3"}`)
+	assert.Equal(t, http.StatusForbidden, code, "%v", got)
+	assert.Equal(t, "model_not_allowed", errorCode(got))
+	assert.Empty(t, h.sim.Records(sim.RecordFilter{Route: sim.RouteImagesGenerations}), "nothing went upstream")
+	code, got = post(`{"prompt":"a fox","model":"gpt-image-1.5"}`)
+	require.Equal(t, http.StatusOK, code, "%v", got)
+	recs := h.sim.Records(sim.RecordFilter{Route: sim.RouteImagesGenerations})
+	require.Len(t, recs, 1)
+	assert.False(t, recs[0].ClientKey, "the client key never goes upstream")
+}

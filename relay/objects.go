@@ -39,6 +39,9 @@ type objectRoute struct {
 	// object the path names.
 	creates, deletes bool
 	body             bodyMode
+	// model: the JSON body names the model it asks for, checked against
+	// the key's allow-list (and aliased) as a Responses request's is.
+	model bool
 	// chatgpt: the route lives at the ChatGPT backend's base
 	// (/backend-api/...), not below its /codex; only ChatGPT accounts
 	// answer it.
@@ -52,8 +55,8 @@ type objectRoute struct {
 // (see docs/PROTOCOL.md, "Every route Codex calls"). Routes under both
 // prefixes, /v1 and /backend-api/codex, unless chatgpt.
 var objectRoutes = []objectRoute{
-	{name: "images.generations", method: http.MethodPost, path: "/images/generations", body: bodyJSON},
-	{name: "images.edits", method: http.MethodPost, path: "/images/edits", body: bodyStream},
+	{name: "images.generations", method: http.MethodPost, path: "/images/generations", body: bodyJSON, model: true},
+	{name: "images.edits", method: http.MethodPost, path: "/images/edits", body: bodyStream, model: true},
 	{name: "files.create", method: http.MethodPost, path: "/files", kind: store.ObjectFile, creates: true, body: bodyStream},
 	{name: "files.list", method: http.MethodGet, path: "/files", kind: store.ObjectFile},
 	{name: "files.get", method: http.MethodGet, path: "/files/{id}", kind: store.ObjectFile},
@@ -63,11 +66,11 @@ var objectRoutes = []objectRoute{
 	{name: "responses.delete", method: http.MethodDelete, path: "/responses/{id}", kind: store.ObjectResponse, deletes: true},
 	{name: "responses.cancel", method: http.MethodPost, path: "/responses/{id}/cancel", kind: store.ObjectResponse, body: bodyJSON},
 	{name: "responses.input_items", method: http.MethodGet, path: "/responses/{id}/input_items", kind: store.ObjectResponse},
-	{name: "embeddings", method: http.MethodPost, path: "/embeddings", body: bodyJSON},
+	{name: "embeddings", method: http.MethodPost, path: "/embeddings", body: bodyJSON, model: true},
 	{name: "audio.transcriptions", method: http.MethodPost, path: "/audio/transcriptions", body: bodyStream},
 	{name: "audio.translations", method: http.MethodPost, path: "/audio/translations", body: bodyStream},
-	{name: "audio.speech", method: http.MethodPost, path: "/audio/speech", body: bodyJSON},
-	{name: "memories.trace_summarize", method: http.MethodPost, path: "/memories/trace_summarize", body: bodyJSON},
+	{name: "audio.speech", method: http.MethodPost, path: "/audio/speech", body: bodyJSON, model: true},
+	{name: "memories.trace_summarize", method: http.MethodPost, path: "/memories/trace_summarize", body: bodyJSON, model: true},
 	{name: "analytics", method: http.MethodPost, path: "/analytics-events/events", drop: true},
 	// A realtime (WebRTC) call: the SDP answer names the call in its
 	// Location; the call's sideband WebSocket (/realtime?call_id=) goes to
@@ -184,7 +187,7 @@ func (s *Server) newObjectCall(hr *http.Request, rt objectRoute, id, rest string
 // stream): the upstream answers at once with the queued response, which
 // the client polls (GET /responses/{id}) or cancels later, on its account.
 var backgroundCreate = objectRoute{name: "responses.create", method: http.MethodPost, path: "/responses",
-	kind: store.ObjectResponse, creates: true, body: bodyJSON}
+	kind: store.ObjectResponse, creates: true, body: bodyJSON, model: true}
 
 // serveBackground serves a background response's creation, its body read
 // and policed already: it goes where its previous_response_id or files
@@ -273,7 +276,7 @@ func (s *Server) readObjectBody(w http.ResponseWriter, c *objectCall) error {
 		}
 	}
 	c.r.body, c.r.fields, c.r.asked = body, continuity.Fields{Model: model}, model
-	if model != "" || len(c.r.client.key.Models) > 0 && c.rt.name != "responses.cancel" && c.rt.name != "files.uploaded" && !c.rt.chatgpt {
+	if c.rt.model {
 		if target, ok := c.r.client.key.Policy.ModelAliases[model]; ok {
 			c.body = withMember(c.body, "model", target)
 			c.r.body, c.r.fields.Model, c.r.policy = c.body, target, "model "+model+">"+target
@@ -389,7 +392,7 @@ func (s *Server) referencedAccount(ctx context.Context, scope string, body []byt
 	if len(ids) == 0 {
 		return "", nil
 	}
-	var acct, first string
+	var acct string
 	for _, id := range ids {
 		o, err := s.cfg.Store.Object(ctx, scope, id, s.cfg.Now())
 		if errors.Is(err, store.ErrNotFound) {
@@ -400,12 +403,11 @@ func (s *Server) referencedAccount(ctx context.Context, scope string, body []byt
 		}
 		switch {
 		case acct == "":
-			acct, first = o.AccountID, id
+			acct = o.AccountID
 		case acct != o.AccountID:
 			return "", &conflictError{A: hardOwner{account: acct, source: hardObject}, B: hardOwner{account: o.AccountID, source: hardObject}}
 		}
 	}
-	_ = first
 	return acct, nil
 }
 
