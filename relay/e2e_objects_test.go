@@ -503,3 +503,33 @@ func TestObjectRoutesHoldTheKeysModels(t *testing.T) {
 	require.Len(t, recs, 1)
 	assert.False(t, recs[0].ClientKey, "the client key never goes upstream")
 }
+
+// An upload past MaxUploadBytes is refused 413, whether it says its
+// length up front or streams without one (chunked: cut where it passes
+// the limit).
+func TestUploadPastItsLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1")}, Logger: testLogger(t)},
+		func(_ *harness, c *relay.Config) { c.MaxUploadBytes = 4 << 10 })
+	big := bytes.Repeat([]byte("x"), 64<<10)
+	code, got := upload(t, h.srv.URL+"/v1", "big.bin", big)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, code, "%v", got)
+
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	require.NoError(t, mw.WriteField("purpose", "user_data"))
+	fw, err := mw.CreateFormFile("file", "big.bin")
+	require.NoError(t, err)
+	_, err = fw.Write(big)
+	require.NoError(t, err)
+	require.NoError(t, mw.Close())
+	req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/files", io.MultiReader(&buf)) // no length: chunked
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	code, got = doJSON(t, req)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, code, "%v", got)
+	assert.Empty(t, h.sim.Files("k1"), "no file was made")
+
+	code, got = upload(t, h.srv.URL+"/v1", "small.bin", []byte("small"))
+	assert.Equal(t, http.StatusOK, code, "%v", got)
+}

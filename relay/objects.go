@@ -244,7 +244,7 @@ func (s *Server) readObjectBody(w http.ResponseWriter, c *objectCall) error {
 				"send uploads without a Content-Encoding: the relay streams them as they come")
 		}
 		if hr.ContentLength > s.cfg.MaxUploadBytes {
-			return errBodyTooLarge
+			return bodyError(errBodyTooLarge)
 		}
 		if ct := hr.Header.Get("Content-Type"); strings.HasPrefix(strings.ToLower(ct), "application/json") {
 			// Codex sends image edits as JSON: read like one, so its file
@@ -287,11 +287,9 @@ func (s *Server) readObjectBody(w http.ResponseWriter, c *objectCall) error {
 	return nil
 }
 
-// errUploadTooLarge: a streamed body went past MaxUploadBytes.
-var errUploadTooLarge = errors.New("upload too large")
-
-// limitedBody streams a request body up to left bytes, and fails past it:
-// the upstream's request breaks, and the client is told 413.
+// limitedBody streams a request body up to left bytes, and fails past it
+// (errBodyTooLarge): the upstream's request breaks, and the client is told
+// 413 as for any body too large.
 type limitedBody struct {
 	r    io.Reader
 	left int64
@@ -303,7 +301,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		var one [1]byte
 		if n, _ := b.r.Read(one[:]); n > 0 {
 			b.over = true
-			return 0, errUploadTooLarge
+			return 0, errBodyTooLarge
 		}
 		return 0, io.EOF
 	}
@@ -319,7 +317,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 // analytics events): its body is read and discarded, bounded, and nothing
 // goes upstream.
 func (s *Server) dropObjectRequest(w http.ResponseWriter, hr *http.Request) {
-	if _, err := s.readRequestBody(w, hr, s.cfg.MaxBodyBytes); err != nil && !errors.Is(err, errBodyTooLarge) {
+	if _, err := s.readRequestBody(w, hr, s.cfg.MaxBodyBytes); err != nil {
 		s.writeFailure(w, err)
 		return
 	}
@@ -474,18 +472,14 @@ func (s *Server) failObject(w http.ResponseWriter, c *objectCall, err error) {
 	writeError(w, f.status, f.err)
 }
 
-// objectFailure is failureFor with the object routes' own answers: an
-// object the relay never saw is 404 not_found, an upload past its limit
-// 413 (failureFor answers 409 object_on_unavailable_account for an object
-// whose account cannot serve).
+// objectFailure is failureFor with the object routes' own answer: an
+// object the relay never saw is 404 not_found (failureFor answers 409
+// object_on_unavailable_account for an object whose account cannot serve).
 func objectFailure(err error, now time.Time) (*failure, attemptClass) {
 	var unknown *unknownObjectError
 	switch {
 	case errors.As(err, &unknown):
 		return relayFailure(http.StatusNotFound, wire.TypeInvalidRequest, "not_found", unknown.Error()), classInvalid
-	case errors.Is(err, errUploadTooLarge):
-		return relayFailure(http.StatusRequestEntityTooLarge, wire.TypeInvalidRequest, "request_too_large",
-			"the upload is larger than this relay accepts"), classInvalid
 	}
 	return failureFor(err, now)
 }

@@ -56,7 +56,7 @@ func (s *Server) forwardObject(w http.ResponseWriter, c *objectCall) {
 			ch.release()
 			e := attemptEnd{Now: s.cfg.Now(), Transport: err, Cancelled: ctx.Err() != nil, Stalled: ctx.Err() == nil && actx.Err() != nil}
 			if lb, ok := c.stream.(*limitedBody); ok && lb.over {
-				s.failObject(w, c, errUploadTooLarge)
+				s.failObject(w, c, bodyError(errBodyTooLarge))
 				return
 			}
 			o := classify(e)
