@@ -122,10 +122,43 @@ func TestCodexAppServerThroughRelay(t *testing.T) {
 // Image generation from Codex Desktop through the relay: Codex 0.171.0
 // offers its image tool (namespace image_gen) only with a ChatGPT login, and
 // when the model calls it posts {base_url}/images/generations itself (see
-// docs/PROTOCOL.md, "Every route Codex calls"). The sim answers neither the
-// images route nor a namespaced tool call yet.
+// docs/PROTOCOL.md, "Every route Codex calls"). The app-server, signed in
+// with ChatGPT whose token is the relay's client key, runs a turn whose
+// model calls the tool: the turn shows an image generation item, the image
+// comes back to the model, and the relay made it on the thread's account
+// and logged it on the thread.
 func TestCodexAppServerImageGeneration(t *testing.T) {
-	t.Skip("needs the sim's images route (POST images/generations) and a namespaced tool-call directive")
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	priceImages(ctx, t, h)
+	_, key, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "desktop"})
+	require.NoError(t, err)
+	codex := chatGPTCodex(t, h, key)
+	app := codex.StartAppServer(t, nil)
+	_, err = app.Initialize(ctx, appServerClient)
+	require.NoError(t, err)
+	threadID := startThread(ctx, t, app, codex.Dir)
+	turn := runTurn(ctx, t, app, threadID, imagePrompt)
+	assert.Equal(t, "completed", turn.status, "turn error: %s", turn.errorMessage)
+	assert.Contains(t, turn.itemTypes, "imageGeneration", "the turn shows the image generation (items: %v)", turn.itemTypes)
+	assert.Contains(t, turn.agentText, "[input_image]", "the image went back to the model")
+
+	rows, _, err := h.store.Requests(ctx, store.RequestFilter{ThreadID: threadID})
+	require.NoError(t, err)
+	var routes []string
+	for _, r := range rows {
+		routes = append(routes, r.Route)
+		if r.Route == "images.generations" {
+			assert.Equal(t, h.ids["a1"], r.AccountID)
+			assert.Equal(t, int64(imagePrice), r.CostNanos)
+		}
+	}
+	assert.Contains(t, routes, "images.generations", "the image is on the thread's page of the request log")
+	recs := h.sim.Records(sim.RecordFilter{Route: sim.RouteImagesGenerations})
+	require.Len(t, recs, 1)
+	assert.Equal(t, appServerClient, recs[0].Originator, "Codex's own request, with the app-server client's originator")
 }
 
 // readmeDesktopBaseURL is the relay address README's Desktop block names.
@@ -179,6 +212,7 @@ type turnOutcome struct {
 	errorMessage string
 	agentText    string // the text of the agentMessage items, joined
 	commands     []turnCommand
+	itemTypes    []string // the type of every completed item, in order
 }
 
 type turnCommand struct {
@@ -247,6 +281,7 @@ func runTurn(ctx context.Context, t *testing.T, s *codexcli.AppServer, threadID,
 		if json.Unmarshal(n.Params, &p) != nil || p.ThreadID != threadID || p.TurnID != started.Turn.ID {
 			continue
 		}
+		out.itemTypes = append(out.itemTypes, p.Item.Type)
 		switch p.Item.Type {
 		case "agentMessage":
 			texts = append(texts, p.Item.Text)

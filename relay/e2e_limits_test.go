@@ -238,3 +238,48 @@ func TestUsageRoutesAnswerTheKeysLimits(t *testing.T) {
 	code, _, raw = h.raw(http.MethodPost, "/backend-api/wham/usage", bearer(secret), nil)
 	assert.Equal(t, http.StatusMethodNotAllowed, code, raw)
 }
+
+// A ChatGPT-login Codex discovers its workspace's routing before it reads
+// its account (wham/accounts/check, or api/codex/accounts/check): the
+// relay answers it itself, listing the one workspace Codex names, with no
+// residency constraint, so Codex stays at the relay's URLs. Nothing goes
+// upstream; a wrong key is refused.
+func TestAccountsCheckNamesTheRelayWorkspace(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	_, secret, err := h.store.CreateClientKey(context.Background(), store.ClientKey{Name: "desktop"})
+	require.NoError(t, err)
+	type entry struct {
+		ID       string `json:"id"`
+		Name     string `json:"name"`
+		Origin   string `json:"workspace_backend_origin"`
+		Override string `json:"account_routing_override"`
+	}
+	var got struct {
+		Accounts []entry  `json:"accounts"`
+		Ordering []string `json:"account_ordering"`
+		Default  string   `json:"default_account_id"`
+	}
+	for _, tc := range []struct{ path, workspace, want string }{
+		{"/backend-api/wham/accounts/check", "acct-123", "acct-123"},
+		{"/backend-api/api/codex/accounts/check", "acct-123", "acct-123"},
+		{"/backend-api/wham/accounts/check", "", "relay"},
+		{"/backend-api/wham/accounts/check", "not an id <script>", "relay"},
+	} {
+		hdr := bearer(secret)
+		if tc.workspace != "" {
+			hdr.Set("ChatGPT-Account-Id", tc.workspace)
+		}
+		code, _, raw := h.raw(http.MethodGet, tc.path, hdr, nil)
+		require.Equal(t, http.StatusOK, code, raw)
+		require.NoError(t, json.Unmarshal([]byte(raw), &got), raw)
+		assert.Equal(t, []entry{{ID: tc.want, Name: "Codex Relay", Origin: "NO_CONSTRAINT", Override: "NO_CONSTRAINT"}}, got.Accounts, raw)
+		assert.Equal(t, []string{tc.want}, got.Ordering)
+		assert.Equal(t, tc.want, got.Default)
+	}
+	assert.Empty(t, h.sim.Records(sim.RecordFilter{}), "nothing went upstream")
+	code, _, raw := h.raw(http.MethodGet, "/backend-api/wham/accounts/check", bearer("crk_wrong"), nil)
+	assert.Equal(t, http.StatusUnauthorized, code, raw)
+	code, _, raw = h.raw(http.MethodPost, "/backend-api/wham/accounts/check", bearer(secret), nil)
+	assert.Equal(t, http.StatusMethodNotAllowed, code, raw)
+}

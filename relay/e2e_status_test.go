@@ -106,6 +106,11 @@ func (u *tui) waitFor(d time.Duration, what string, ok func(pane string) bool) s
 			// composer and the transcript: declined.
 			require.NoError(u.t, exec.Command("tmux", "send-keys", "-t", u.session, "Escape").Run())
 		}
+		if strings.Contains(p, newerModelOffer) && !strings.Contains(p, "› /status") {
+			// With a ChatGPT login on gpt-5.5, Codex offers its newer
+			// model, over everything: the existing one is kept.
+			require.NoError(u.t, exec.Command("tmux", "send-keys", "-t", u.session, "2").Run())
+		}
 		if time.Now().After(deadline) {
 			u.t.Fatalf("the TUI did not show %s within %s; it shows:\n%s", what, d, p)
 		}
@@ -115,6 +120,10 @@ func (u *tui) waitFor(d time.Duration, what string, ok func(pane string) bool) s
 
 // rateLimitOffer heads Codex's offer to switch models near a limit.
 const rateLimitOffer = "Approaching rate limits"
+
+// newerModelOffer is the choice that declines Codex's offer of a newer
+// model than the configured one.
+const newerModelOffer = "Use existing model"
 
 // submit types text, waits until the composer shows it (typed in one
 // burst, an Enter would be taken as part of a paste), then presses Enter.
@@ -191,4 +200,50 @@ func TestCodexTUIShowsTheKeysLimit(t *testing.T) {
 	require.NoError(t, exec.Command("tmux", "send-keys", "-t", u.session, "Enter").Run())
 	p = u.waitFor(30*time.Second, "the /status card", func(p string) bool { return strings.Contains(p, "Model provider:") })
 	t.Logf("/status:\n%s", p)
+}
+
+// With a ChatGPT login (Codex Desktop's and the IDE's sign-in, its token the
+// relay's client key), Codex's /status card reads the limits through
+// chatgpt_base_url's wham/usage, which the relay answers with the key's own
+// window: the card shows the key's daily limit and how much of it is used.
+// Codex first discovers its workspace's routing (wham/accounts/check, the
+// relay's answer) and accepts only an HTTPS chatgpt_base_url, so the relay
+// is served over TLS here, its certificate given to Codex.
+func TestCodexTUIStatusCardShowsTheKeysLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simAccount("a1", "org-a"))
+	ctx := context.Background()
+	const max = 100000
+	k, secret, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "desktop",
+		Limits: []budget.Limit{{Metric: budget.Tokens, Window: budget.Day, Max: max}}})
+	require.NoError(t, err)
+	used := func() float64 {
+		lu, err := h.store.KeyBudget(ctx, k, "", time.Time{}, time.UTC)
+		require.NoError(t, err)
+		return lu[0].Used + lu[0].Reserved
+	}
+	for i := 0; used() < 0.40*max; i++ {
+		require.Less(t, i, 500, "the key's use does not grow")
+		before := used()
+		resp, body := h.post(sessionS, "", responseRequest(strings.Repeat("spend the day's tokens ", 1000)), bearer(secret))
+		require.Equal(t, 200, resp.StatusCode, body)
+		require.Eventually(t, func() bool { return used() > before }, time.Minute, 10*time.Millisecond, "the request's use is counted")
+	}
+	codex := chatGPTCodexTLS(t, h, secret)
+	u := startTUI(t, codex)
+	u.waitFor(time.Minute, "its composer", func(p string) bool {
+		return strings.Contains(p, "Ask Codex to do anything") && !strings.Contains(p, newerModelOffer)
+	})
+	spent := used() / max * 100
+	u.submit("/status")
+	daily := regexp.MustCompile(`Daily limit:\s+\[[█░]+\] (\d+)% left`)
+	p := u.waitFor(30*time.Second, "the /status card's daily limit", func(p string) bool {
+		return strings.Contains(p, "Model provider:") && daily.MatchString(p)
+	})
+	left, err := strconv.Atoi(daily.FindStringSubmatch(p)[1])
+	require.NoError(t, err)
+	assert.InDelta(t, 100-spent, float64(left), 1.5, "the card shows what is left of the key's day (%.1f%% spent):\n%s", spent, p)
+	assert.NotContains(t, p, "5h limit", "the serving account's windows never reach the client")
+	assert.NotContains(t, p, "Weekly limit")
+	assert.Contains(t, p, "ChatGPT workspace:   Codex Relay", "the workspace is the relay's (wham/accounts/check)")
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -144,6 +145,49 @@ func DeriveIdentity(session, sessionHeader, thread string) Identity {
 	}
 	return id
 }
+
+// TurnMetadataHeader is the header in which Codex describes the turn a
+// request belongs to, as JSON: its session_id and thread_id among others.
+const TurnMetadataHeader = "x-codex-turn-metadata"
+
+var canonicalTurnMetadataHeader = http.CanonicalHeaderKey(TurnMetadataHeader)
+
+// TurnMetadataIdentity reads the thread of a request that carries no
+// identity headers from its turn metadata: Codex's image tool posts
+// images/generations and images/edits with only x-codex-turn-metadata, whose
+// session_id and thread_id are those of the turn's Responses requests, so
+// the image is placed and logged with its thread. No metadata, metadata
+// that is not a JSON object or ids that are not usable: no identity.
+func TurnMetadataIdentity(h http.Header) Identity {
+	raw := headerValue(h, canonicalTurnMetadataHeader)
+	if raw == "" || len(raw) > maxTurnMetadataLen {
+		return Identity{}
+	}
+	var meta struct {
+		SessionID string `json:"session_id"`
+		ThreadID  string `json:"thread_id"`
+	}
+	if json.Unmarshal([]byte(raw), &meta) != nil {
+		return Identity{}
+	}
+	session, err := normaliseID("session_id", meta.SessionID)
+	if err != nil {
+		return Identity{}
+	}
+	thread, err := normaliseID("thread_id", meta.ThreadID)
+	if err != nil {
+		return Identity{}
+	}
+	header := ""
+	if session != "" {
+		header = TurnMetadataHeader
+	}
+	return DeriveIdentity(session, header, thread)
+}
+
+// maxTurnMetadataLen bounds the turn metadata the relay decodes (Codex's is
+// under a kilobyte).
+const maxTurnMetadataLen = 16 << 10
 
 // HintIdentity places a client that sent no identity headers by a value of
 // its body (a Chat client's prompt_cache_key or user, named by field): the

@@ -134,6 +134,38 @@ func TestGoalIdentityUsesPayloadThread(t *testing.T) {
 	assert.Error(t, err)
 }
 
+func TestTurnMetadataIdentity(t *testing.T) {
+	t.Parallel()
+	turn, err := ParseIdentity(headers("session-id", sess, "thread-id", root))
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		name string
+		meta string
+		want Identity
+	}{
+		{"the turn's session and thread: the key of its Responses requests",
+			`{"session_id":"` + sess + `","thread_id":"` + root + `","turn_id":"x","model":"gpt-5.5"}`, turn},
+		{"a thread alone", `{"thread_id":"` + root + `"}`, DeriveIdentity("", "", root)},
+		{"no header", "", Identity{}},
+		{"not JSON", `{"session_id":`, Identity{}},
+		{"not an object", `["` + sess + `"]`, Identity{}},
+		{"ids of another type", `{"session_id":7,"thread_id":true}`, Identity{}},
+		{"an id too long", `{"thread_id":"` + strings.Repeat("x", 1000) + `"}`, Identity{}},
+		{"no ids", `{"turn_id":"x"}`, Identity{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			if tt.meta != "" {
+				h.Set(TurnMetadataHeader, tt.meta)
+			}
+			got := TurnMetadataIdentity(h)
+			assert.Equal(t, tt.want.Key, got.Key)
+			assert.Equal(t, tt.want.Thread, got.Thread)
+			assert.Equal(t, tt.want.Session, got.Session)
+		})
+	}
+}
+
 func BenchmarkParseIdentity(b *testing.B) {
 	h := headers("session-id", sess, "thread-id", root, "x-client-request-id", root, "originator", "codex_exec")
 	b.ReportAllocs()

@@ -49,14 +49,17 @@ type objectRoute struct {
 	// drop: the relay accepts the request and drops it; nothing goes
 	// upstream (Codex's analytics events).
 	drop bool
+	// images: a 2xx answer's data are images, each charged at the price
+	// table's price per image of the model (beside any token usage).
+	images bool
 }
 
 // objectRoutes are the routes beside /responses that an account answers
 // (see docs/PROTOCOL.md, "Every route Codex calls"). Routes under both
 // prefixes, /v1 and /backend-api/codex, unless chatgpt.
 var objectRoutes = []objectRoute{
-	{name: "images.generations", method: http.MethodPost, path: "/images/generations", body: bodyJSON, model: true},
-	{name: "images.edits", method: http.MethodPost, path: "/images/edits", body: bodyStream, model: true},
+	{name: "images.generations", method: http.MethodPost, path: "/images/generations", body: bodyJSON, model: true, images: true},
+	{name: "images.edits", method: http.MethodPost, path: "/images/edits", body: bodyStream, model: true, images: true},
 	{name: "files.create", method: http.MethodPost, path: "/files", kind: store.ObjectFile, creates: true, body: bodyStream},
 	{name: "files.list", method: http.MethodGet, path: "/files", kind: store.ObjectFile},
 	{name: "files.get", method: http.MethodGet, path: "/files/{id}", kind: store.ObjectFile},
@@ -156,6 +159,9 @@ func (s *Server) serveObject(w http.ResponseWriter, hr *http.Request, rt objectR
 	cl, ident, ok := s.admitIdentified(w, hr)
 	if !ok {
 		return
+	}
+	if ident.Key == "" {
+		ident = TurnMetadataIdentity(hr.Header)
 	}
 	if rt.drop {
 		s.dropObjectRequest(w, hr)

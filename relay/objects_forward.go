@@ -310,6 +310,8 @@ type objectAnswer struct {
 	Status string          `json:"status"`
 	Model  string          `json:"model"`
 	Usage  json.RawMessage `json:"usage"`
+	// Data holds an images answer's images (each priced per image too).
+	Data []json.RawMessage `json:"data"`
 	// ExpiresAt is when the upstream forgets the object (files with an
 	// expiry), in Unix seconds.
 	ExpiresAt *int64 `json:"expires_at"`
@@ -327,7 +329,11 @@ func (s *Server) noteObjectAnswer(ctx context.Context, c *objectCall, ch choice,
 	}
 	scope := c.r.client.scope()
 	now := s.cfg.Now()
-	hasUsage := len(a.Usage) > 0 && string(a.Usage) != "null"
+	images := 0
+	if c.rt.images {
+		images = len(a.Data)
+	}
+	hasUsage := len(a.Usage) > 0 && string(a.Usage) != "null" || images > 0
 	switch {
 	case c.rt.creates:
 		id := cmp.Or(a.FileID, a.ID)
@@ -362,6 +368,7 @@ func (s *Server) noteObjectAnswer(ctx context.Context, c *objectCall, ch choice,
 		return
 	}
 	tr := usageTracker(a.Model, a.Usage)
+	tr.images = int64(images)
 	if c.rt.kind == store.ObjectResponse && (c.id != "" || !finishedStatus(a.Status)) {
 		if c.id == "" {
 			return // a background response's usage so far: its final read charges it
@@ -403,7 +410,7 @@ func usageTracker(model string, raw json.RawMessage) *tracker {
 		} `json:"output_tokens_details"`
 	}
 	tr := &tracker{work: true, model: model}
-	if json.Unmarshal(raw, &u) != nil {
+	if len(raw) == 0 || json.Unmarshal(raw, &u) != nil {
 		return tr
 	}
 	tr.usage = true

@@ -110,7 +110,7 @@ func (s *Server) price(ctx context.Context, r *request, tr *tracker, tier string
 	if !q.OK {
 		return 0, label, true
 	}
-	return q.Entry.Cost(pricing.Usage{Input: tr.input, CachedInput: tr.cached, Output: tr.outputTok}), label, !q.Priced
+	return q.Entry.Cost(pricing.Usage{Input: tr.input, CachedInput: tr.cached, Output: tr.outputTok, Images: tr.images}), label, !q.Priced
 }
 
 // finishReservation records a completed response's real use in its

@@ -28,6 +28,7 @@ type tracker struct {
 	cached     int64
 	reasoning  int64
 	total      int64 // usage.total_tokens (input + output when the upstream gave none)
+	images     int64 // the images an images answer returned
 	usage      bool  // a usage object was reported
 	// model and tier are what the upstream said it served.
 	model, tier string

@@ -53,6 +53,79 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// The routes at which a ChatGPT-login Codex discovers its workspace's
+// routing (which backend origin serves it) before it reads its account
+// (app-server account/read, the TUI's start) and, with the built-in
+// provider, before every turn: as for usage, under /wham at a
+// chatgpt_base_url holding /backend-api, /api/codex otherwise.
+const (
+	accountsCheckWham  = "/backend-api/wham/accounts/check"
+	accountsCheckCodex = "/backend-api/api/codex/accounts/check"
+)
+
+// serveAccountsCheck answers Codex's workspace routing discovery itself,
+// when r is one: through the relay, the workspace Codex is signed into is
+// the relay, with no residency constraint, so its requests stay at the
+// configured base URLs. The one workspace listed is the one Codex names
+// (its ChatGPT-Account-Id, which it requires to find there), or "relay".
+// The key is checked as on every client route; nothing goes upstream. It
+// reports whether r was one.
+func (s *Server) serveAccountsCheck(w http.ResponseWriter, r *http.Request) bool {
+	if r.URL.Path != accountsCheckWham && r.URL.Path != accountsCheckCodex {
+		return false
+	}
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		writeError(w, http.StatusMethodNotAllowed, apiError{Type: "invalid_request_error", Code: "method_not_allowed", Message: "use GET"})
+		return true
+	}
+	if _, ok := s.admit(w, r); !ok {
+		return true
+	}
+	b := mustJSON(accountsCheckOf(r.Header.Get(wire.HeaderChatGPTAccountID)))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+	return true
+}
+
+// accountsCheck is the ChatGPT backend's accounts/check answer as Codex
+// decodes it: the workspaces, their order and the default.
+type accountsCheck struct {
+	Accounts        []accountEntry `json:"accounts"`
+	AccountOrdering []string       `json:"account_ordering"`
+	DefaultID       string         `json:"default_account_id"`
+}
+
+type accountEntry struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	PlanType string `json:"plan_type"`
+	// Origin NO_CONSTRAINT: Codex keeps its configured chatgpt_base_url
+	// and provider base_url (the relay's) rather than a discovered origin.
+	Origin    string `json:"workspace_backend_origin"`
+	Override  string `json:"account_routing_override"`
+	Structure string `json:"structure"`
+}
+
+// accountsCheckOf lists the one workspace named id (the client's
+// ChatGPT-Account-Id; "relay" when it is absent or not a plain id).
+func accountsCheckOf(id string) accountsCheck {
+	if id == "" || !validObjectID(id) {
+		id = "relay"
+	}
+	return accountsCheck{
+		Accounts: []accountEntry{{ID: id, Name: "Codex Relay", PlanType: planTeam, Origin: "NO_CONSTRAINT",
+			Override: "NO_CONSTRAINT", Structure: "workspace"}},
+		AccountOrdering: []string{id}, DefaultID: id,
+	}
+}
+
+// planTeam is the plan the relay says it serves, in the usage payload and
+// the workspace list: a shared pool, a team's.
+const planTeam = "team"
+
 // keyUseNow reads a key's use as an admission would count it, through
 // one that only checks (it reserves nothing): nil for a key without
 // limits.
@@ -96,7 +169,7 @@ type statusWindow struct {
 // usagePayloadOf is rl in the usage payload's shape, at unix time now; no
 // window known is a null rate_limit.
 func usagePayloadOf(rl wire.RateLimits, now int64) usagePayload {
-	p := usagePayload{PlanType: "team"}
+	p := usagePayload{PlanType: planTeam}
 	if rl.Primary == nil && rl.Secondary == nil {
 		return p
 	}

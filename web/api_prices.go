@@ -49,15 +49,17 @@ type PriceTableForm struct {
 	FallbackModel string `json:"fallback_model"`
 }
 
-// PriceEntryForm is one entry of a PriceTableForm. The three prices are
-// required (0 for free), so a forgotten one is not taken for free; an
-// empty tier, or "auto", is the default tier.
+// PriceEntryForm is one entry of a PriceTableForm. The three token prices
+// are required (0 for free), so a forgotten one is not taken for free; the
+// price per image is for image models only (absent: 0); an empty tier, or
+// "auto", is the default tier.
 type PriceEntryForm struct {
 	Model       string   `json:"model"`
 	Tier        string   `json:"tier"`
 	Input       *float64 `json:"input_per_million"`
 	CachedInput *float64 `json:"cached_input_per_million"`
 	Output      *float64 `json:"output_per_million"`
+	PerImage    float64  `json:"per_image"`
 }
 
 // table reads the form into the table to validate and store.
@@ -75,7 +77,7 @@ func (f PriceTableForm) table() (pricing.Table, error) {
 			}
 		}
 		t.Entries[i] = pricing.Entry{Model: strings.TrimSpace(e.Model), Tier: pricing.NormalizeTier(e.Tier),
-			Input: *e.Input, CachedInput: *e.CachedInput, Output: *e.Output}
+			Input: *e.Input, CachedInput: *e.CachedInput, Output: *e.Output, PerImage: e.PerImage}
 	}
 	return t, nil
 }

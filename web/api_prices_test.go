@@ -19,6 +19,7 @@ func priceBody(source string, input float64) map[string]any {
 		{"model": "gpt-5.1-codex", "tier": "default", "input_per_million": input, "cached_input_per_million": 0.125, "output_per_million": 10},
 		{"model": "gpt-5.1-codex", "tier": "priority", "input_per_million": 2 * input, "cached_input_per_million": 0.25, "output_per_million": 20},
 		{"model": "o3", "input_per_million": 2, "cached_input_per_million": 0.5, "output_per_million": 8}, // no tier: default
+		{"model": "gpt-image-2", "input_per_million": 5, "cached_input_per_million": 1.25, "output_per_million": 40, "per_image": 0.04},
 	}}
 }
 
@@ -68,7 +69,9 @@ func TestPricesAPI(t *testing.T) {
 		assert.Equal(t, "2026-02-03", saved["as_of"])
 		assert.Equal(t, "api", saved["created_by"])
 		assert.NotNil(t, saved["created_at"])
-		require.Len(t, saved["entries"], 3)
+		require.Len(t, saved["entries"], 4)
+		assert.Equal(t, 0.04, saved["entries"].([]any)[3].(map[string]any)["per_image"], "an image model's price per image")
+		assert.NotContains(t, saved["entries"].([]any)[2], "per_image", "a model priced by tokens alone has none")
 		assert.Equal(t, "default", saved["entries"].([]any)[2].(map[string]any)["tier"], "a missing tier is the default tier")
 
 		code, cur, raw = call(t, srv, http.MethodGet, "/api/v1/prices", testAdminToken, nil)
@@ -76,6 +79,9 @@ func TestPricesAPI(t *testing.T) {
 		assert.Equal(t, saved, cur, "the saved table is current")
 		table, err := s.PriceTable(ctx)
 		require.NoError(t, err)
+		img, ok := table.Cost("gpt-image-2", "", pricing.Usage{Images: 2})
+		assert.True(t, ok)
+		assert.Equal(t, int64(80_000_000), img, "two images at 0.04 dollars")
 		nanos, ok := table.Cost("gpt-5.1-codex", "priority", pricing.Usage{Input: 1_000_000})
 		assert.True(t, ok)
 		assert.Equal(t, int64(3_000_000_000), nanos, "requests are priced with it")
@@ -85,7 +91,7 @@ func TestPricesAPI(t *testing.T) {
 		require.Len(t, entries, 1, "the replacement is audited")
 		assert.Equal(t, "api", entries[0].Actor)
 		assert.Equal(t, "prices:"+id, entries[0].Target)
-		assert.Contains(t, entries[0].Detail, "3 entries")
+		assert.Contains(t, entries[0].Detail, "4 entries")
 		assert.Contains(t, entries[0].Detail, "https://example.com/p")
 
 		assert.Equal(t, "", saved["fallback_model"], "none given: none")
@@ -148,6 +154,8 @@ func TestPricesAPIRefusesInvalidTables(t *testing.T) {
 				"invalid_field", "entries[1].tier", "entry 2 (gpt-5.1-codex): the tier must be default, flex or priority"},
 			{"negative price", with(func(_ map[string]any, e []map[string]any) { e[0]["output_per_million"] = -1 }),
 				"invalid_field", "entries[0].output_per_million", "must be 0 or more"},
+			{"price per image too high", with(func(_ map[string]any, e []map[string]any) { e[3]["per_image"] = 5000 }),
+				"invalid_field", "entries[3].per_image", "at most 1000"},
 			{"missing price", with(func(_ map[string]any, e []map[string]any) { delete(e[2], "cached_input_per_million") }),
 				"invalid_field", "entries[2].cached_input_per_million", "required"},
 			{"duplicate", with(func(_ map[string]any, e []map[string]any) { e[2]["model"] = "GPT-5.1-codex" }),

@@ -35,8 +35,12 @@ func (s *Server) pricesView(ctx context.Context, form *ui.PriceForm) (ui.Prices,
 		p.State = "saved " + stamp(t.CreatedAt) + " by " + t.CreatedBy
 	}
 	for _, e := range t.Entries {
-		p.Rows = append(p.Rows, ui.PriceRow{Model: e.Model, Tier: e.Tier, Input: formatPrice(e.Input),
-			CachedInput: formatPrice(e.CachedInput), Output: formatPrice(e.Output)})
+		row := ui.PriceRow{Model: e.Model, Tier: e.Tier, Input: formatPrice(e.Input),
+			CachedInput: formatPrice(e.CachedInput), Output: formatPrice(e.Output)}
+		if e.PerImage > 0 {
+			row.PerImage = formatPrice(e.PerImage)
+		}
+		p.Rows = append(p.Rows, row)
 	}
 	if form != nil {
 		p.Form = *form
@@ -48,21 +52,27 @@ func (s *Server) pricesView(ctx context.Context, form *ui.PriceForm) (ui.Prices,
 func formatPrice(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 // formatPriceLines writes entries as the form's lines, which
-// parsePriceLines reads back.
+// parsePriceLines reads back; a price per image is a sixth value, written
+// only when there is one.
 func formatPriceLines(entries []pricing.Entry) string {
 	var b strings.Builder
 	for _, e := range entries {
-		fmt.Fprintf(&b, "%s,%s,%s,%s,%s\n", e.Model, e.Tier, formatPrice(e.Input), formatPrice(e.CachedInput), formatPrice(e.Output))
+		fmt.Fprintf(&b, "%s,%s,%s,%s,%s", e.Model, e.Tier, formatPrice(e.Input), formatPrice(e.CachedInput), formatPrice(e.Output))
+		if e.PerImage > 0 {
+			fmt.Fprintf(&b, ",%s", formatPrice(e.PerImage))
+		}
+		b.WriteByte('\n')
 	}
 	return b.String()
 }
 
 // priceLineFields names the values of a line, for messages.
-var priceLineFields = [5]string{"model", "tier", "input price", "cached input price", "output price"}
+var priceLineFields = [6]string{"model", "tier", "input price", "cached input price", "output price", "price per image"}
 
 // parsePriceLines reads the form's entries: one a line, five values
 // separated by commas (model, tier, and the input, cached input and output
-// prices in US dollars per million tokens); an empty tier, or auto, is the
+// prices in US dollars per million tokens), and for an image model a sixth,
+// its price per image in US dollars; an empty tier, or auto, is the
 // default tier. Blank lines and lines starting with # are skipped. lines
 // holds each entry's line number, from 1, for messages. The errors name the
 // line; the table's own rules are pricing.Validate's.
@@ -77,11 +87,12 @@ func parsePriceLines(text string) (entries []pricing.Entry, lines []int, err err
 			return nil, nil, badField("entries", "at most %d entries", pricing.MaxEntries)
 		}
 		v := strings.Split(line, ",")
-		if len(v) != 5 {
-			return nil, nil, badField("entries", "line %d: give 5 values separated by commas (model,tier,input,cached_input,output), not %d", n, len(v))
+		if len(v) != 5 && len(v) != 6 {
+			return nil, nil, badField("entries", "line %d: give 5 values separated by commas (model,tier,input,cached_input,output), "+
+				"and a sixth for an image model (per_image), not %d", n, len(v))
 		}
-		var prices [3]float64
-		for j := range prices {
+		var prices [4]float64
+		for j := range v[2:] {
 			raw := strings.TrimSpace(v[2+j])
 			p, perr := strconv.ParseFloat(raw, 64)
 			if perr != nil {
@@ -90,7 +101,7 @@ func parsePriceLines(text string) (entries []pricing.Entry, lines []int, err err
 			prices[j] = p
 		}
 		entries = append(entries, pricing.Entry{Model: strings.TrimSpace(v[0]), Tier: pricing.NormalizeTier(v[1]),
-			Input: prices[0], CachedInput: prices[1], Output: prices[2]})
+			Input: prices[0], CachedInput: prices[1], Output: prices[2], PerImage: prices[3]})
 		lines = append(lines, n)
 	}
 	return entries, lines, nil

@@ -131,7 +131,11 @@ func TestParsePriceLines(t *testing.T) {
 		{"unknown tier is kept for Validate", "o3,turbo,2,0.5,8", []pricing.Entry{{Model: "o3", Tier: "turbo", Input: 2, CachedInput: 0.5, Output: 8}}, []int{1}, ""},
 		{"nothing", "\n# only a comment\n", nil, nil, ""},
 		{"too few values", "o3,default,2,0.5", nil, nil, "line 1: give 5 values"},
-		{"too many values", "\no3,default,2,0.5,8,9", nil, nil, "line 2: give 5 values separated by commas (model,tier,input,cached_input,output), not 6"},
+		{"a price per image", "gpt-image-2,default,5,1.25,40,0.04",
+			[]pricing.Entry{{Model: "gpt-image-2", Tier: "default", Input: 5, CachedInput: 1.25, Output: 40, PerImage: 0.04}}, []int{1}, ""},
+		{"too many values", "\no3,default,2,0.5,8,9,1", nil, nil,
+			"line 2: give 5 values separated by commas (model,tier,input,cached_input,output), and a sixth for an image model (per_image), not 7"},
+		{"a price per image that is not a number", "img,default,0,0,0,cheap", nil, nil, `line 1: the price per image "cheap" is not a number`},
 		{"not a number", "o3,default,2,0.5,eight", nil, nil, `line 1: the output price "eight" is not a number`},
 		{"empty price", "o3,default,,0.5,8", nil, nil, `line 1: the input price "" is not a number`},
 	} {
@@ -159,9 +163,10 @@ func TestParsePriceLines(t *testing.T) {
 func TestPriceLinesRoundTrip(t *testing.T) {
 	t.Parallel()
 	d := pricing.Default()
-	got, _, err := parsePriceLines(formatPriceLines(d.Entries))
+	entries := append(d.Entries, pricing.Entry{Model: "gpt-image-2", Tier: "default", Output: 40, PerImage: 0.04})
+	got, _, err := parsePriceLines(formatPriceLines(entries))
 	require.NoError(t, err)
-	assert.Equal(t, d.Entries, got)
+	assert.Equal(t, entries, got)
 }
 
 func FuzzParsePriceLines(f *testing.F) {

@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,7 +72,25 @@ type Provider struct {
 	// drive Codex past its auto-compaction threshold.
 	ModelContextWindow    int
 	AutoCompactTokenLimit int
+	// ChatGPTLogin makes Codex believe it is signed in with ChatGPT, as a
+	// Codex Desktop or IDE user is: the provider says requires_openai_auth
+	// instead of env_key, and CODEX_HOME gets an auth.json whose access
+	// token is Key (the relay's client key) and whose ID token is an
+	// unsigned JWT naming a Plus plan. Codex then offers what only a ChatGPT
+	// login gets (its image tool, the usage and analytics calls) and sends
+	// them to ChatGPTBaseURL (chatgpt_base_url). Codex never verifies the ID
+	// token's signature; a token refresh would go to a dead loopback port.
+	ChatGPTLogin   bool
+	ChatGPTBaseURL string
+	// CACertFile, when set, is a PEM file of the certificate authority
+	// Codex trusts beside the system's (CODEX_CA_CERTIFICATE): a ChatGPT
+	// login's chatgpt_base_url must be HTTPS, so such a test serves the
+	// relay over TLS with a certificate of its own.
+	CACertFile string
 }
+
+// ChatGPTAccountID is the ChatGPT-Account-Id a ChatGPTLogin Codex sends.
+const ChatGPTAccountID = "acct-codexcli"
 
 // Codex is one configured Codex installation for a test: the binary, a
 // CODEX_HOME and a working directory. Runs are sequential by nature (one
@@ -93,6 +112,7 @@ type Codex struct {
 
 	envKey string
 	key    string
+	caCert string
 }
 
 // New prepares Codex for test t: it locates the binary (skipping or failing
@@ -139,11 +159,20 @@ func newWith(t testing.TB, p Provider, binary func() (string, error)) *Codex {
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(ConfigTOML(p)), 0o600); err != nil {
 		t.Fatalf("codexcli: write config.toml: %v", err)
 	}
+	if p.ChatGPTLogin {
+		auth, err := AuthJSON(p.Key, time.Now())
+		if err == nil {
+			err = os.WriteFile(filepath.Join(home, "auth.json"), auth, 0o600)
+		}
+		if err != nil {
+			t.Fatalf("codexcli: write auth.json: %v", err)
+		}
+	}
 	userHome := filepath.Join(home, "user-home")
 	if err := os.Mkdir(userHome, 0o700); err != nil {
 		t.Fatalf("codexcli: %v", err)
 	}
-	return &Codex{Binary: bin, Home: home, Dir: t.TempDir(), UserHome: userHome, envKey: p.EnvKey, key: p.Key}
+	return &Codex{Binary: bin, Home: home, Dir: t.TempDir(), UserHome: userHome, envKey: p.EnvKey, key: p.Key, caCert: p.CACertFile}
 }
 
 // ConfigTOML renders the config.toml for p: the provider is named "relay"
@@ -172,12 +201,19 @@ func ConfigTOML(p Provider) string {
 	if p.AutoCompactTokenLimit > 0 {
 		fmt.Fprintf(&b, "model_auto_compact_token_limit = %d\n", p.AutoCompactTokenLimit)
 	}
+	if p.ChatGPTBaseURL != "" {
+		fmt.Fprintf(&b, "chatgpt_base_url = %s\n", strconv.Quote(p.ChatGPTBaseURL))
+	}
 	b.WriteString("\n[analytics]\nenabled = false\n\n")
 	b.WriteString("[model_providers.relay]\n")
 	fmt.Fprintf(&b, "name = %s\n", strconv.Quote(name))
 	fmt.Fprintf(&b, "base_url = %s\n", strconv.Quote(p.BaseURL))
 	b.WriteString("wire_api = \"responses\"\n")
-	fmt.Fprintf(&b, "env_key = %s\n", strconv.Quote(envKey))
+	if p.ChatGPTLogin {
+		b.WriteString("requires_openai_auth = true\n")
+	} else {
+		fmt.Fprintf(&b, "env_key = %s\n", strconv.Quote(envKey))
+	}
 	fmt.Fprintf(&b, "supports_websockets = %t\n", p.WebSockets)
 	if p.RequestMaxRetries != nil {
 		fmt.Fprintf(&b, "request_max_retries = %d\n", *p.RequestMaxRetries)
@@ -274,14 +310,60 @@ func (c *Codex) Env() []string { return c.env() }
 
 // env is the whole environment of a run: nothing of the test process leaks
 // in (no OPENAI_API_KEY, no proxy settings, not the user's home), only what
-// Codex needs.
+// Codex needs. The token refresh and revocation URLs point at a dead
+// loopback port, so a ChatGPT login's refresh, were Codex to try one, could
+// not leave the machine.
 func (c *Codex) env() []string {
-	return []string{
+	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + c.UserHome,
 		"CODEX_HOME=" + c.Home,
 		c.envKey + "=" + c.key,
+		"CODEX_REFRESH_TOKEN_URL_OVERRIDE=" + deadURL + "/oauth/token",
+		"CODEX_REVOKE_TOKEN_URL_OVERRIDE=" + deadURL + "/oauth/revoke",
 	}
+	if c.caCert != "" {
+		env = append(env, "CODEX_CA_CERTIFICATE="+c.caCert)
+	}
+	return env
+}
+
+// deadURL is a loopback address nothing listens on (the discard port).
+const deadURL = "http://127.0.0.1:9"
+
+// AuthJSON is the auth.json of a ChatGPT login whose access token is
+// token, refreshed at now (so Codex does not try to refresh it): the ID
+// token is an unsigned JWT whose claims name a Plus plan, an email and
+// ChatGPTAccountID, which is all Codex reads from it.
+func AuthJSON(token string, now time.Time) ([]byte, error) {
+	claims, err := json.Marshal(map[string]any{
+		"email": "codexcli@example.com",
+		"iat":   now.Unix(),
+		"exp":   now.Add(24 * time.Hour).Unix(),
+		"https://api.openai.com/auth": map[string]any{
+			"chatgpt_account_id": ChatGPTAccountID,
+			"chatgpt_plan_type":  "plus",
+			"chatgpt_user_id":    "user-codexcli",
+			"user_id":            "user-codexcli",
+		},
+		"https://api.openai.com/profile": map[string]any{"email": "codexcli@example.com"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	enc := base64.RawURLEncoding
+	idToken := enc.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + enc.EncodeToString(claims) + "." + enc.EncodeToString([]byte("unsigned"))
+	return json.MarshalIndent(map[string]any{
+		"OPENAI_API_KEY": nil,
+		"auth_mode":      "chatgpt",
+		"tokens": map[string]any{
+			"id_token":      idToken,
+			"access_token":  token,
+			"refresh_token": "unused-refresh-token",
+			"account_id":    ChatGPTAccountID,
+		},
+		"last_refresh": now.UTC().Format(time.RFC3339),
+	}, "", "  ")
 }
 
 // Event is one JSONL event of `codex exec --json`.

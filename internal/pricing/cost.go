@@ -7,8 +7,10 @@ import (
 
 // Usage is what a response reported using, as OpenAI counts it: Input
 // includes the CachedInput tokens, and Output includes reasoning tokens.
+// Images is the number of images an images answer returned.
 type Usage struct {
 	Input, CachedInput, Output int64
+	Images                     int64
 }
 
 // Cost prices u at model and tier (see Lookup), in billionths of a US
@@ -24,8 +26,8 @@ func (t Table) Cost(model, tier string, u Usage) (nanos int64, ok bool) {
 
 // Cost prices u at e, in billionths of a US dollar rounded to the nearest
 // (half up): the uncached input, the cached input and the output, each at
-// its price per million tokens. Cached tokens are clamped to [0, Input],
-// negative counts to 0.
+// its price per million tokens, and the images at the price per image.
+// Cached tokens are clamped to [0, Input], negative counts to 0.
 //
 // Each price is first taken to the millionth of a dollar per million
 // tokens, and the sum is then worked out in integers, so figures that are
@@ -48,6 +50,15 @@ func (e Entry) Cost(u Usage) int64 {
 	add(in-cached, e.Input)
 	add(cached, e.CachedInput)
 	add(out, e.Output)
+	// An image at p dollars is a million tokens at p dollars per million.
+	if n := max(u.Images, 0); n > 0 {
+		h, l := bits.Mul64(uint64(n), micros(min(e.PerImage, MaxImagePrice)))
+		h2, l2 := bits.Mul64(l, 1e6)
+		h = h*1e6 + h2
+		var carry uint64
+		lo, carry = bits.Add64(lo, l2, 0)
+		hi += h + carry
+	}
 	var carry uint64
 	lo, carry = bits.Add64(lo, 500, 0) // round half up
 	hi += carry

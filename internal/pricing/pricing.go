@@ -26,13 +26,15 @@ const (
 const DefaultID = "default"
 
 // Entry is the price of one model at one tier, in US dollars per million
-// tokens.
+// tokens, and for an image model (images/generations, images/edits) also
+// in US dollars per image it returns.
 type Entry struct {
 	Model       string  `json:"model"`
 	Tier        string  `json:"tier"`
 	Input       float64 `json:"input_per_million"`
 	CachedInput float64 `json:"cached_input_per_million"`
 	Output      float64 `json:"output_per_million"`
+	PerImage    float64 `json:"per_image,omitempty"`
 }
 
 // Table is a price table: its entries, where the figures come from (Source,

@@ -114,6 +114,14 @@ func TestCost(t *testing.T) {
 			pricing.Usage{Input: math.MaxInt64, Output: math.MaxInt64}, math.MaxInt64},
 		{"a price past the bound is clamped", pricing.Entry{Input: 1e300}, pricing.Usage{Input: 1}, pricing.MaxPrice * 1000},
 		{"a NaN price is 0", pricing.Entry{Input: math.NaN()}, pricing.Usage{Input: 1}, 0},
+		{"images at their price", pricing.Entry{PerImage: 0.042}, pricing.Usage{Images: 3}, 126_000_000},
+		{"images and tokens add up", pricing.Entry{Input: 5, Output: 40, PerImage: 0.01},
+			pricing.Usage{Input: 1000, Output: 4000, Images: 2}, 1000*5000 + 4000*40000 + 20_000_000},
+		{"an image with no price per image is free", pricing.Entry{Input: 5}, pricing.Usage{Images: 1}, 0},
+		{"negative images are 0", pricing.Entry{PerImage: 1}, pricing.Usage{Images: -4}, 0},
+		{"many images at the highest price do not wrap", pricing.Entry{PerImage: pricing.MaxImagePrice},
+			pricing.Usage{Images: math.MaxInt64}, math.MaxInt64},
+		{"a price per image past the bound is clamped", pricing.Entry{PerImage: 1e9}, pricing.Usage{Images: 1}, pricing.MaxImagePrice * 1e9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -174,6 +182,8 @@ func TestValidate(t *testing.T) {
 		{"NaN cached input", pricing.Table{Entries: with(func(e *pricing.Entry) { e.CachedInput = math.NaN() })}, 1, "cached_input_per_million", "cached input price must be a finite number"},
 		{"infinite output", pricing.Table{Entries: with(func(e *pricing.Entry) { e.Output = math.Inf(1) })}, 1, "output_per_million", "finite"},
 		{"output too high", pricing.Table{Entries: with(func(e *pricing.Entry) { e.Output = pricing.MaxPrice + 0.01 })}, 1, "output_per_million", "at most 100000"},
+		{"price per image too high", pricing.Table{Entries: with(func(e *pricing.Entry) { e.PerImage = pricing.MaxImagePrice + 1 })}, 1, "per_image", "at most 1000 (US dollars per image)"},
+		{"negative price per image", pricing.Table{Entries: with(func(e *pricing.Entry) { e.PerImage = -0.5 })}, 1, "per_image", "0 or more"},
 		{"duplicate", pricing.Table{Entries: with(func(e *pricing.Entry) {})}, 1, "tier", "entry 1 already prices this model at the default tier"},
 		{"duplicate without case", pricing.Table{Entries: with(func(e *pricing.Entry) { e.Model = "GPT-5" })}, 1, "tier", "already prices"},
 		{"no default tier", pricing.Table{Entries: []pricing.Entry{ok, {Model: "o3", Tier: "flex"}}}, 1, "tier", "no default-tier price"},

@@ -16,6 +16,7 @@ const (
 	MaxSource      = 500    // characters
 	MaxAsOf        = 50     // characters
 	MaxPrice       = 100000 // US dollars per million tokens
+	MaxImagePrice  = 1000   // US dollars per image
 )
 
 // FieldError is what Validate finds wrong: which entry (or the table
@@ -120,18 +121,21 @@ func (e Entry) validate() *FieldError {
 	for _, p := range []struct {
 		field, words string
 		v            float64
+		most         int
+		unit         string
 	}{
-		{"input_per_million", "input price", e.Input},
-		{"cached_input_per_million", "cached input price", e.CachedInput},
-		{"output_per_million", "output price", e.Output},
+		{"input_per_million", "input price", e.Input, MaxPrice, "US dollars per million tokens"},
+		{"cached_input_per_million", "cached input price", e.CachedInput, MaxPrice, "US dollars per million tokens"},
+		{"output_per_million", "output price", e.Output, MaxPrice, "US dollars per million tokens"},
+		{"per_image", "price per image", e.PerImage, MaxImagePrice, "US dollars per image"},
 	} {
 		switch {
 		case math.IsNaN(p.v) || math.IsInf(p.v, 0):
 			return &FieldError{Field: p.field, Problem: "the " + p.words + " must be a finite number"}
 		case p.v < 0:
 			return &FieldError{Field: p.field, Problem: "the " + p.words + " must be 0 or more"}
-		case p.v > MaxPrice:
-			return &FieldError{Field: p.field, Problem: fmt.Sprintf("the %s must be at most %d (US dollars per million tokens)", p.words, MaxPrice)}
+		case p.v > float64(p.most):
+			return &FieldError{Field: p.field, Problem: fmt.Sprintf("the %s must be at most %d (%s)", p.words, p.most, p.unit)}
 		}
 	}
 	return nil

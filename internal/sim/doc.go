@@ -111,7 +111,8 @@
 //
 //	[[sim:tool NAME {"json":"args"}]]  call tool NAME (a function call with those
 //	                                   arguments; for a tool the request offers as
-//	                                   "custom", the text after NAME is its input).
+//	                                   "custom", the text after NAME is its input;
+//	                                   NS.NAME: function NAME in namespace tool NS).
 //	                                   Repeat it for several calls in one response.
 //	[[sim:words N]]                    answer with N words
 //	[[sim:events N]]                   stream the answer in N output_text.delta events

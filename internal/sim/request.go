@@ -122,10 +122,12 @@ func jsonKind(b []byte) string {
 }
 
 // toolSpec is one entry of a request's tools: its type ("function",
-// "custom", "web_search", ...) and name.
+// "custom", "web_search", "namespace", ...) and name, and for a namespace
+// the tools in it (Codex's image_gen namespace holds function imagegen).
 type toolSpec struct {
-	Type string `json:"type"`
-	Name string `json:"name"`
+	Type  string     `json:"type"`
+	Name  string     `json:"name"`
+	Tools []toolSpec `json:"tools,omitempty"`
 }
 
 // generates reports whether the request asks for output: generate:false is a
@@ -244,9 +246,22 @@ func (it *inputItem) text() string {
 }
 
 // outputText returns a tool output's text: a string, or a list of content
-// parts with "text" fields.
+// parts with "text" fields, where each input_image part (the picture Codex's
+// image tool hands back) shows as "[input_image]", so a test sees that the
+// image reached the model.
 func (it *inputItem) outputText() string {
-	return contentText(it.Output)
+	text := contentText(it.Output)
+	var parts []struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(it.Output, &parts) == nil {
+		for _, p := range parts {
+			if p.Type == "input_image" {
+				text += "\n[input_image]"
+			}
+		}
+	}
+	return text
 }
 
 func contentText(raw json.RawMessage) string {

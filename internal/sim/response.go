@@ -172,11 +172,15 @@ func (s *Server) renderResponse(p outputPlan, in renderInput) ([][]byte, int) {
 			id := "fc_" + randomHex(12)
 			done := object{"type": "function_call", "id": id, "call_id": callID, "name": c.name,
 				"arguments": c.args, "status": "completed"}
+			added := object{"type": "function_call", "id": id, "call_id": callID, "name": c.name,
+				"arguments": "", "status": "in_progress"}
+			if c.namespace != "" {
+				done["namespace"], added["namespace"] = c.namespace, c.namespace
+			}
 			if in.sealCalls {
 				done["encrypted_content"] = s.sealer.seal(in.org, CipherToolCall, []byte(c.args))
 			}
-			b.item(object{"type": "function_call", "id": id, "call_id": callID, "name": c.name,
-				"arguments": "", "status": "in_progress"}, done, func(index int) {
+			b.item(added, done, func(index int) {
 				b.emit(object{"type": wire.EventFunctionCallArgumentsDelta, "item_id": id, "output_index": index, "delta": c.args})
 				b.emit(object{"type": wire.EventFunctionCallArgumentsDone, "item_id": id, "output_index": index, "arguments": c.args})
 			})

@@ -127,7 +127,8 @@ func (d Directive) Syntax() string {
 var directiveTable = []Directive{
 	{Name: "tool", Args: "NAME [ARGS]",
 		Doc: "call the tool NAME: a function call whose arguments are ARGS, a JSON object (default {}), " +
-			"or, for a tool the request offers as \"custom\", a custom tool call whose input is the text ARGS. " +
+			"or, for a tool the request offers as \"custom\", a custom tool call whose input is the text ARGS; " +
+			"NS.NAME calls function NAME of the namespace tool NS (image_gen.imagegen). " +
 			"Repeat it for several calls in one response. The answer to the request that brings the tools' outputs " +
 			"is \"Tool results:\" and each output",
 		Example: `list the files [[sim:tool exec_command {"cmd":"ls -la"}]]`,
@@ -197,9 +198,10 @@ func (d *directives) apply(name, args string) error {
 
 // plannedCall is one tool call the response will make.
 type plannedCall struct {
-	custom bool // a custom (freeform) tool: input instead of JSON arguments
-	name   string
-	args   string
+	custom    bool   // a custom (freeform) tool: input instead of JSON arguments
+	namespace string // the namespace tool the function is in, or ""
+	name      string
+	args      string
 }
 
 // outputPlan is what a response will contain, decided from the request
@@ -265,7 +267,10 @@ func planOutput(req *responseRequest) (outputPlan, error) {
 	case len(d.tools) > 0:
 		for _, td := range d.tools {
 			call := plannedCall{name: td.name, args: td.args}
-			call.custom = req.toolType(td.name) == "custom"
+			if ns, fn, ok := strings.Cut(td.name, "."); ok && req.namespaced(ns, fn) {
+				call.namespace, call.name = ns, fn
+			}
+			call.custom = call.namespace == "" && req.toolType(td.name) == "custom"
 			if !call.custom {
 				if call.args == "" {
 					call.args = "{}"
@@ -302,6 +307,21 @@ func (r *responseRequest) toolType(name string) string {
 		}
 	}
 	return ""
+}
+
+// namespaced reports whether the request offers function fn inside the
+// namespace tool ns: a directive names it "ns.fn" (image_gen.imagegen).
+func (r *responseRequest) namespaced(ns, fn string) bool {
+	for _, t := range r.Tools {
+		if t.Type == "namespace" && t.Name == ns {
+			for _, in := range t.Tools {
+				if in.Name == fn {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 var vocabulary = strings.Fields(`alpha bravo charlie delta echo foxtrot golf hotel india juliet

@@ -60,7 +60,8 @@ func TestParseDirectives(t *testing.T) {
 // req builds a request from JSON input items and tools.
 func req(t *testing.T, generate *bool, items ...string) *responseRequest {
 	t.Helper()
-	b := `{"model":"m","tools":[{"type":"function","name":"exec_command"},{"type":"custom","name":"apply_patch"}],"input":[` +
+	b := `{"model":"m","tools":[{"type":"function","name":"exec_command"},{"type":"custom","name":"apply_patch"},` +
+		`{"type":"namespace","name":"image_gen","tools":[{"type":"function","name":"imagegen"}]}],"input":[` +
 		strings.Join(items, ",") + `]}`
 	r, err := parseResponseRequest([]byte(b))
 	require.NoError(t, err)
@@ -105,8 +106,15 @@ func TestPlanOutput(t *testing.T) {
 		}, false},
 		{"function and custom tools", req(t, nil, user(`[[sim:tool exec_command {"cmd":"ls"}]][[sim:tool apply_patch x]][[sim:tool unknown_tool]]`)),
 			func(t *testing.T, p outputPlan) {
-				assert.Equal(t, []plannedCall{{false, "exec_command", `{"cmd":"ls"}`}, {true, "apply_patch", "x"}, {false, "unknown_tool", "{}"}}, p.calls)
+				assert.Equal(t, []plannedCall{{name: "exec_command", args: `{"cmd":"ls"}`}, {custom: true, name: "apply_patch", args: "x"},
+					{name: "unknown_tool", args: "{}"}}, p.calls)
 				assert.Empty(t, p.text)
+			}, false},
+		{"a function in a namespace tool", req(t, nil, user(`[[sim:tool image_gen.imagegen {"prompt":"a cat"}]][[sim:tool image_gen.other]][[sim:tool nope.imagegen]]`)),
+			func(t *testing.T, p outputPlan) {
+				assert.Equal(t, []plannedCall{{namespace: "image_gen", name: "imagegen", args: `{"prompt":"a cat"}`},
+					{name: "image_gen.other", args: "{}"}, {name: "nope.imagegen", args: "{}"}}, p.calls,
+					"only a function the namespace holds is called in it; anything else is called by its plain name")
 			}, false},
 		{"function tool needs JSON", req(t, nil, user(`[[sim:tool exec_command ls -la]]`)), nil, true},
 		{"tool outputs after the last user message", req(t, nil, user(`[[sim:tool exec_command {}]]`),
@@ -115,6 +123,12 @@ func TestPlanOutput(t *testing.T) {
 			func(t *testing.T, p outputPlan) {
 				assert.Empty(t, p.calls, "the follow-up answers, it does not call again")
 				assert.Equal(t, "Tool results:\nresult one", p.text)
+			}, false},
+		{"an image in a tool output", req(t, nil, user(`[[sim:tool image_gen.imagegen {}]]`),
+			`{"type":"function_call","call_id":"c1","namespace":"image_gen","name":"imagegen","arguments":"{}"}`,
+			`{"type":"function_call_output","call_id":"c1","output":[{"type":"input_image","image_url":"data:image/png;base64,AA=="},{"type":"input_text","text":"saved"}]}`),
+			func(t *testing.T, p outputPlan) {
+				assert.Equal(t, "Tool results:\nsaved\n[input_image]", p.text)
 			}, false},
 		{"outputs before the last user message are history", req(t, nil,
 			`{"type":"function_call_output","call_id":"c1","output":"old"}`, user("new question")),
