@@ -38,6 +38,23 @@ func (c client) checkModel(model string) error {
 	return refuse(http.StatusForbidden, "model_not_allowed", fmt.Sprintf("this client key may not use model %q", model))
 }
 
+// restrictsModels reports whether the key limits the models it may use, by
+// a list or by aliases.
+func (c client) restrictsModels() bool {
+	return len(c.key.Models) > 0 || len(c.key.Policy.ModelAliases) > 0
+}
+
+// checkUploadModel is checkModel for the model field of a streamed upload,
+// which the relay does not rewrite: an alias there is refused, naming
+// what to send instead.
+func (c client) checkUploadModel(model string) error {
+	if target, ok := c.key.Policy.ModelAliases[model]; ok {
+		return refuse(http.StatusBadRequest, "model_alias_in_upload",
+			fmt.Sprintf("model aliases are not applied to uploads: name the model itself (%q for %q)", target, model))
+	}
+	return c.checkModel(model)
+}
+
 // errUnauthenticated marks a request refused for want of a usable key.
 var errUnauthenticated = errors.New("unauthenticated")
 

@@ -533,3 +533,100 @@ func TestUploadPastItsLimit(t *testing.T) {
 	code, got = upload(t, h.srv.URL+"/v1", "small.bin", []byte("small"))
 	assert.Equal(t, http.StatusOK, code, "%v", got)
 }
+
+// multipartBody builds a multipart upload: fields in order (a field named
+// "file" or "image" is a file part of that content), and its Content-Type.
+func multipartBody(t *testing.T, fields ...[2]string) (*bytes.Buffer, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for _, f := range fields {
+		if f[0] == "file" || f[0] == "image" {
+			fw, err := mw.CreateFormFile(f[0], f[0]+".bin")
+			require.NoError(t, err)
+			_, err = io.WriteString(fw, f[1])
+			require.NoError(t, err)
+			continue
+		}
+		require.NoError(t, mw.WriteField(f[0], f[1]))
+	}
+	require.NoError(t, mw.Close())
+	return &buf, mw.FormDataContentType()
+}
+
+// The model of a streamed upload (an image edit, a transcription) is a
+// multipart field, checked against the key's models as the body streams
+// (after a large file too, with no length said up front): a model the key
+// may not use, none at all, an alias (not rewritten in an upload) or a
+// body that is not multipart is refused, and the account never gets a
+// whole request; an allowed model goes through.
+func TestUploadsHoldTheKeysModels(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1")}, Logger: testLogger(t)}, nil2)
+	_, key, err := h.store.CreateClientKey(context.Background(), store.ClientKey{Name: "uploads",
+		Models: []string{"gpt-image-2", "gpt-4o-transcribe"}, Policy: store.KeyPolicy{ModelAliases: map[string]string{"pic": "gpt-image-2"}}})
+	require.NoError(t, err)
+	big := strings.Repeat("x", 2<<20)
+	send := func(path string, chunked bool, fields ...[2]string) (int, map[string]any) {
+		body, ct := multipartBody(t, fields...)
+		var r io.Reader = body
+		if chunked {
+			r = io.MultiReader(body) // no length: chunked
+		}
+		req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/v1"+path, r)
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", ct)
+		req.Header.Set("Authorization", "Bearer "+key)
+		return doJSON(t, req)
+	}
+	answered := func(route sim.Route) int {
+		n := 0
+		for _, r := range h.sim.Records(sim.RecordFilter{Route: route}) {
+			if r.Status == http.StatusOK {
+				n++
+			}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name    string
+		path    string
+		chunked bool
+		fields  [][2]string
+		status  int
+		code    string
+	}{
+		{"a model the key may not use, after the image", "/images/edits", false,
+			[][2]string{{"image", big}, {"prompt", "a fox"}, {"model", "dall-e-2"}}, http.StatusForbidden, "model_not_allowed"},
+		{"the same, chunked", "/images/edits", true,
+			[][2]string{{"image", big}, {"model", "dall-e-2"}, {"prompt", "a fox"}}, http.StatusForbidden, "model_not_allowed"},
+		{"no model", "/images/edits", false, [][2]string{{"image", "img"}, {"prompt", "a fox"}}, http.StatusForbidden, "model_not_allowed"},
+		{"an alias", "/images/edits", false, [][2]string{{"model", "pic"}, {"image", "img"}, {"prompt", "a fox"}}, http.StatusBadRequest, "model_alias_in_upload"},
+		{"a transcription model the key may not use", "/audio/transcriptions", false,
+			[][2]string{{"file", big}, {"model", "whisper-1"}}, http.StatusForbidden, "model_not_allowed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, got := send(tc.path, tc.chunked, tc.fields...)
+			assert.Equal(t, tc.status, code, "%v", got)
+			assert.Equal(t, tc.code, errorCode(got), "%v", got)
+		})
+	}
+	assert.Zero(t, answered(sim.RouteImagesEdits), "no refused edit reached the account whole")
+	assert.Zero(t, answered(sim.RouteTranscriptions))
+
+	req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/images/edits", strings.NewReader("raw bytes"))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Authorization", "Bearer "+key)
+	code, got := doJSON(t, req)
+	assert.Equal(t, http.StatusUnsupportedMediaType, code, "%v", got)
+
+	code, got = send("/images/edits", true, [2]string{"image", big}, [2]string{"prompt", "a fox"}, [2]string{"model", "gpt-image-2"})
+	require.Equal(t, http.StatusOK, code, "%v", got)
+	code, got = send("/audio/transcriptions", false, [2]string{"model", "gpt-4o-transcribe"}, [2]string{"file", big})
+	require.Equal(t, http.StatusOK, code, "%v", got)
+	assert.Equal(t, 1, answered(sim.RouteImagesEdits))
+	assert.Equal(t, 1, answered(sim.RouteTranscriptions))
+	rec := waitRoute(t, h.store, "images.edits", "")
+	assert.Equal(t, http.StatusOK, rec.Status)
+}

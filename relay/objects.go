@@ -70,8 +70,8 @@ var objectRoutes = []objectRoute{
 	{name: "responses.cancel", method: http.MethodPost, path: "/responses/{id}/cancel", kind: store.ObjectResponse, body: bodyJSON},
 	{name: "responses.input_items", method: http.MethodGet, path: "/responses/{id}/input_items", kind: store.ObjectResponse},
 	{name: "embeddings", method: http.MethodPost, path: "/embeddings", body: bodyJSON, model: true},
-	{name: "audio.transcriptions", method: http.MethodPost, path: "/audio/transcriptions", body: bodyStream},
-	{name: "audio.translations", method: http.MethodPost, path: "/audio/translations", body: bodyStream},
+	{name: "audio.transcriptions", method: http.MethodPost, path: "/audio/transcriptions", body: bodyStream, model: true},
+	{name: "audio.translations", method: http.MethodPost, path: "/audio/translations", body: bodyStream, model: true},
 	{name: "audio.speech", method: http.MethodPost, path: "/audio/speech", body: bodyJSON, model: true},
 	{name: "memories.trace_summarize", method: http.MethodPost, path: "/memories/trace_summarize", body: bodyJSON, model: true},
 	{name: "analytics", method: http.MethodPost, path: "/analytics-events/events", drop: true},
@@ -141,8 +141,12 @@ type objectCall struct {
 	r      *request
 	hr     *http.Request
 	body   []byte    // a JSON body, read whole (nil otherwise)
-	stream io.Reader // a streamed body (nil otherwise)
-	log    requestLog
+	stream io.Reader // a streamed body (nil otherwise): limited, or watch over it
+	// limited bounds a streamed body; watch, when the key lists models,
+	// checks the model field of a streamed multipart body as it passes.
+	limited *limitedBody
+	watch   *modelWatch
+	log     requestLog
 	// owner is the account of the object the request names (in its path
 	// or its body); "" when it names none.
 	owner string
@@ -169,6 +173,7 @@ func (s *Server) serveObject(w http.ResponseWriter, hr *http.Request, rt objectR
 	}
 	c := s.newObjectCall(hr, rt, id, rest, cl, ident)
 	defer c.log.write()
+	defer c.closeWatch()
 	if err := s.readObjectBody(w, c); err != nil {
 		s.failObject(w, c, err)
 		return
@@ -258,8 +263,19 @@ func (s *Server) readObjectBody(w http.ResponseWriter, c *objectCall) error {
 			break
 		}
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout))
-		c.stream = &limitedBody{r: hr.Body, left: s.cfg.MaxUploadBytes}
+		c.limited = &limitedBody{r: hr.Body, left: s.cfg.MaxUploadBytes}
+		c.stream = c.limited
 		w.Header().Del("Connection")
+		if c.rt.model && c.r.client.restrictsModels() {
+			// The model is a field of the upload: checked as it streams.
+			boundary := multipartBoundary(hr.Header.Get("Content-Type"))
+			if boundary == "" {
+				return refuse(http.StatusUnsupportedMediaType, "unsupported_media_type",
+					"this client key may only use the models it lists: send the upload as multipart/form-data with its \"model\" field")
+			}
+			c.watch = watchModel(c.limited, boundary, c.r.client.checkUploadModel)
+			c.stream = c.watch
+		}
 		return nil
 	}
 	body, err := s.readRequestBody(w, hr, s.cfg.MaxBodyBytes)
@@ -289,6 +305,25 @@ func (s *Server) readObjectBody(w http.ResponseWriter, c *objectCall) error {
 			return nil
 		}
 		return c.r.client.checkModel(model)
+	}
+	return nil
+}
+
+// closeWatch ends the model watch's parser, if the call has one.
+func (c *objectCall) closeWatch() {
+	if c.watch != nil {
+		c.watch.close()
+	}
+}
+
+// streamRefusal is why a streamed body's read failed on the relay's side:
+// past MaxUploadBytes, or a model the key may not use; nil when it did not.
+func (c *objectCall) streamRefusal() error {
+	if c.limited != nil && c.limited.over {
+		return bodyError(errBodyTooLarge)
+	}
+	if c.watch != nil {
+		return c.watch.refused()
 	}
 	return nil
 }

@@ -55,8 +55,8 @@ func (s *Server) forwardObject(w http.ResponseWriter, c *objectCall) {
 			cancel()
 			ch.release()
 			e := attemptEnd{Now: s.cfg.Now(), Transport: err, Cancelled: ctx.Err() != nil, Stalled: ctx.Err() == nil && actx.Err() != nil}
-			if lb, ok := c.stream.(*limitedBody); ok && lb.over {
-				s.failObject(w, c, bodyError(errBodyTooLarge))
+			if refusal := c.streamRefusal(); refusal != nil {
+				s.failObject(w, c, refusal)
 				return
 			}
 			o := classify(e)
