@@ -283,3 +283,39 @@ func TestAccountsCheckNamesTheRelayWorkspace(t *testing.T) {
 	code, _, raw = h.raw(http.MethodPost, "/backend-api/wham/accounts/check", bearer(secret), nil)
 	assert.Equal(t, http.StatusMethodNotAllowed, code, raw)
 }
+
+// The client's limits ride on every answer of a client route, not only a
+// Responses one: the model lists, a goal, an object route (an image, a
+// refusal of one), each with the key's day and none of the account's own.
+func TestKeyLimitsOnEveryAnswer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, loudAccount("a1"))
+	_, secret, err := h.store.CreateClientKey(context.Background(), store.ClientKey{Name: "daily",
+		Limits: []budget.Limit{{Metric: budget.Tokens, Window: budget.Day, Max: 100000}}})
+	require.NoError(t, err)
+	hdr := bearer(secret)
+	hdr.Set("Content-Type", "application/json")
+	for _, tc := range []struct {
+		method, path string
+		body         string
+	}{
+		{http.MethodGet, "/v1/models", ""},
+		{http.MethodGet, "/backend-api/codex/models?client_version=0.171.0", ""},
+		{http.MethodPost, "/backend-api/codex/thread/goal/get", `{"threadId":"` + rootT + `"}`},
+		{http.MethodPost, "/backend-api/codex/images/generations", `{"prompt":"a fox","model":"gpt-image-2"}`},
+		{http.MethodGet, "/v1/files/file-never-made", ""},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			var body []byte
+			if tc.body != "" {
+				body = []byte(tc.body)
+			}
+			code, got, raw := h.raw(tc.method, tc.path, hdr, body)
+			require.NotZero(t, code, raw)
+			assert.Equal(t, "1440", got.Get(wire.HeaderPrimaryWindowMinutes), "the key's day on a %d answer: %s", code, raw)
+			assert.NotEmpty(t, got.Get(wire.HeaderPrimaryUsedPercent))
+			assert.NotEqual(t, "73", got.Get(wire.HeaderPrimaryUsedPercent), "the account's figure")
+			requireNoAccountFigures(t, got)
+		})
+	}
+}

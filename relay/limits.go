@@ -189,6 +189,21 @@ func (s *Server) limitsFor(ctx context.Context, r *request) *wire.RateLimits {
 	return &rl
 }
 
+// clientLimits is what a client of key k is told of its limits on an
+// answer that is no request of its own (/models, the goal routes): its use
+// read as an admission would count it. Nil when it cannot be read.
+func (s *Server) clientLimits(ctx context.Context, k store.ClientKey) *wire.RateLimits {
+	uses, err := s.keyUseNow(ctx, k)
+	if err != nil {
+		return nil
+	}
+	rl, err := s.reportFor(ctx, k, uses)
+	if err != nil {
+		return nil
+	}
+	return &rl
+}
+
 // reportFor is what a client of key k, whose limits stand at uses, is told
 // of its limits now (see reportLimits).
 func (s *Server) reportFor(ctx context.Context, k store.ClientKey, uses []limitUse) (wire.RateLimits, error) {

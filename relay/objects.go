@@ -227,6 +227,7 @@ func (s *Server) serveBackground(w http.ResponseWriter, hr *http.Request, cl cli
 func (s *Server) serveObjectCall(ctx context.Context, w http.ResponseWriter, c *objectCall) {
 	reserved, err := s.admitBudget(ctx, c.r)
 	c.r.reserved, c.log.rec.Reserved = reserved, reserved
+	c.r.limits = s.limitsFor(ctx, c.r)
 	if err != nil {
 		s.failObject(w, c, err)
 		return
@@ -510,6 +511,7 @@ func (s *Server) failObject(w http.ResponseWriter, c *objectCall, err error) {
 	for k, vs := range f.header {
 		w.Header()[k] = vs
 	}
+	setLimitHeaders(w.Header(), c.r.limits)
 	writeError(w, f.status, f.err)
 }
 

@@ -108,6 +108,7 @@ func (s *Server) forwardObject(w http.ResponseWriter, c *objectCall) {
 			f := screenAnswer(resp.StatusCode, nil, raw, s.cfg.Now())
 			c.log.answered(f, o.Class)
 			passHeaders(w.Header(), resp.Header)
+			setLimitHeaders(w.Header(), c.r.limits)
 			if f.body == nil {
 				writeError(w, f.status, f.err)
 				return
@@ -201,6 +202,7 @@ func (s *Server) deliverObject(w http.ResponseWriter, c *objectCall, ch choice, 
 	body := &idleReader{r: resp.Body, watch: watch, idle: s.cfg.StreamIdleTimeout}
 	ct := resp.Header.Get("Content-Type")
 	passHeaders(w.Header(), resp.Header)
+	setLimitHeaders(w.Header(), c.r.limits)
 	if ct != "" {
 		w.Header().Set("Content-Type", ct)
 	}

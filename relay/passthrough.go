@@ -20,6 +20,7 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	setLimitHeaders(w.Header(), s.clientLimits(ctx, cl.key))
 	ch, ok := s.chooseOrAnswer(ctx, w, &request{client: cl, ident: ident, header: r.Header})
 	if !ok {
 		return
@@ -58,6 +59,7 @@ func (s *Server) serveGoal(w http.ResponseWriter, r *http.Request, op string) {
 	if !ok {
 		return
 	}
+	setLimitHeaders(w.Header(), s.clientLimits(ctx, cl.key))
 	body, err := s.readRequestBody(w, r, 1<<20)
 	if err != nil {
 		s.writeFailure(w, err)
