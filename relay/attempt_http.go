@@ -116,6 +116,7 @@ func (s *Server) attemptHTTP(ctx context.Context, r *request, p plan, ch *choice
 		h.decideTurnState(r, cl)
 		s.settle(ctx, r, ch, h, tr, input)
 	}
+	s.watchStored(ctx, r, ch, h)
 	end := s.pump(ctx, r, acct, newHTTPSource(resp.Body, hang), cl, h, settle)
 	return res.finish(end)
 }

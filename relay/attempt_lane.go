@@ -142,6 +142,7 @@ func (s *Server) attemptLane(ctx context.Context, r *request, p plan, ch *choice
 		lease.Release(bridge.State{ResponseID: tr.responseID, History: history, Shape: out.shape, NoChain: lease.State.NoChain}, true)
 		s.settle(ctx, r, ch, h, tr, out.input)
 	}
+	s.watchStored(ctx, r, ch, h)
 	end := s.pump(ctx, r, acct, src, cl, h, settle)
 	if e := end.tr.failure; e != nil && (end.tr.failStatus == http.StatusUnauthorized || e.Code == wire.CodeWebSocketConnectionLimitReached) {
 		// The lane's credentials went stale, or the upstream retires the

@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -629,4 +631,101 @@ func TestUploadsHoldTheKeysModels(t *testing.T) {
 	assert.Equal(t, 1, answered(sim.RouteTranscriptions))
 	rec := waitRoute(t, h.store, "images.edits", "")
 	assert.Equal(t, http.StatusOK, rec.Status)
+}
+
+// sseEvents reads SSE events from r until stop holds for one (or the
+// stream ends), each as its decoded data.
+func sseEvents(t *testing.T, r io.Reader, stop func(map[string]any) bool) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &ev), line)
+		out = append(out, ev)
+		if stop != nil && stop(ev) {
+			break
+		}
+	}
+	return out
+}
+
+// A background response streamed (stream: true) is an object from its
+// response.created: the client leaves the stream early, and reads it on
+// through another replica (GET ?stream=true&starting_after=N) from the
+// account that runs it, to its completion; the usage is charged once, by
+// the read that saw it finish, and not again by a later read.
+func TestBackgroundStreamLeftAndReadOn(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1"), openAIAccount("k2")}, Logger: testLogger(t)}, nil2)
+	b := relay.New(relay.Config{Store: h.store, Logger: testLogger(t)})
+	bsrv := httptest.NewServer(b)
+	t.Cleanup(func() { b.Close(); bsrv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.srv.URL+"/v1/responses", strings.NewReader(
+		`{"model":"gpt-5.1","background":true,"stream":true,"store":true,"input":"[[sim:events 30]] [[sim:gap 20ms]] hello"}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var id string
+	first := sseEvents(t, resp.Body, func(ev map[string]any) bool {
+		if r, ok := ev["response"].(map[string]any); ok && id == "" {
+			id, _ = r["id"].(string)
+		}
+		return ev["type"] == "response.output_text.delta"
+	})
+	resp.Body.Close() // the client leaves mid-answer
+	require.NotEmpty(t, id, "the stream named its response")
+	last := first[len(first)-1]
+	require.Equal(t, "response.output_text.delta", last["type"])
+	after := int(last["sequence_number"].(float64))
+
+	get, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		bsrv.URL+"/v1/responses/"+id+"?stream=true&starting_after="+strconv.Itoa(after), nil)
+	require.NoError(t, err)
+	resp, err = http.DefaultClient.Do(get)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	rest := sseEvents(t, resp.Body, nil)
+	resp.Body.Close()
+	require.NotEmpty(t, rest)
+	assert.Equal(t, float64(after+1), rest[0]["sequence_number"], "the stream goes on where the client left it")
+	assert.Equal(t, "response.completed", rest[len(rest)-1]["type"])
+
+	charged := func(rows int) map[string]int {
+		var all []store.RequestRecord
+		require.Eventually(t, func() bool {
+			var err error
+			all, _, err = h.store.Requests(context.Background(), store.RequestFilter{Limit: 100})
+			require.NoError(t, err)
+			return len(all) >= rows
+		}, time.Minute, 20*time.Millisecond)
+		out := map[string]int{}
+		for _, r := range all {
+			if r.TotalTokens > 0 {
+				out[r.Route]++
+			}
+		}
+		return out
+	}
+	assert.Equal(t, map[string]int{"responses.get": 1}, charged(2), "charged by the streamed read that saw it finish")
+
+	code, again := call(t, http.MethodGet, h.srv.URL+"/v1/responses/"+id, "")
+	require.Equal(t, http.StatusOK, code, "%v", again)
+	assert.Equal(t, "completed", again["status"])
+	assert.Equal(t, map[string]int{"responses.get": 1}, charged(3), "and not again by a later read")
+	accounts := map[string]bool{}
+	for _, r := range h.sim.Records(sim.RecordFilter{}) {
+		accounts[r.Account] = true
+	}
+	assert.Len(t, accounts, 1, "every request on the response went to its account")
 }

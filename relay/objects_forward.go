@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -244,7 +245,90 @@ func (s *Server) deliverObject(w http.ResponseWriter, c *objectCall, ch choice, 
 	}
 	c.log.rec.Status = resp.StatusCode
 	w.WriteHeader(resp.StatusCode)
+	if c.rt.kind == store.ObjectResponse && c.id != "" && strings.HasPrefix(strings.ToLower(ct), "text/event-stream") {
+		// A stored response streamed again (?stream=true): its terminal
+		// event's usage is charged, once, as a finished read's is.
+		tap := &sseTap{}
+		s.finishStream(ctx, w, c, io.TeeReader(body, tap))
+		if doc := tap.terminalResponse(); doc != nil {
+			s.noteObjectAnswer(ctx, c, ch, doc)
+		}
+		return
+	}
 	s.finishStream(ctx, w, c, body)
+}
+
+// maxTappedEvent bounds one event an sseTap keeps: a terminal event holds
+// the whole response, output included.
+const maxTappedEvent = 8 << 20
+
+// sseTap reads a Server-Sent Events stream written through it, line by
+// line, and keeps the data of its last terminal event (response.completed,
+// .incomplete, .failed); everything else is passed over. An event past
+// maxTappedEvent is not kept.
+type sseTap struct {
+	line     []byte // the line so far
+	data     []byte // the event's data so far
+	over     bool   // the event is past maxTappedEvent
+	terminal []byte
+}
+
+func (t *sseTap) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			t.add(p)
+			break
+		}
+		t.add(p[:i])
+		t.endLine()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (t *sseTap) add(b []byte) {
+	if len(t.line)+len(t.data)+len(b) > maxTappedEvent {
+		t.over, t.line = true, t.line[:0]
+		return
+	}
+	t.line = append(t.line, b...)
+}
+
+func (t *sseTap) endLine() {
+	line := bytes.TrimSuffix(t.line, []byte("\r"))
+	switch {
+	case len(line) == 0:
+		if !t.over && len(t.data) > 0 {
+			if typ, _ := wire.EventType(t.data); wire.IsTerminal(typ) {
+				t.terminal = append(t.terminal[:0], t.data...)
+			}
+		}
+		t.data, t.over = t.data[:0], false
+	case bytes.HasPrefix(line, []byte("data:")) && !t.over:
+		v := bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))
+		if len(t.data) > 0 {
+			t.data = append(t.data, '\n')
+		}
+		t.data = append(t.data, v...)
+	}
+	t.line = t.line[:0]
+}
+
+// terminalResponse is the response object of the stream's terminal event,
+// nil when it had none.
+func (t *sseTap) terminalResponse() []byte {
+	if t.terminal == nil {
+		return nil
+	}
+	var ev struct {
+		Response json.RawMessage `json:"response"`
+	}
+	if json.Unmarshal(t.terminal, &ev) != nil || len(ev.Response) == 0 {
+		return nil
+	}
+	return ev.Response
 }
 
 // finishStream streams the rest of an answer whose headers were sent. A

@@ -484,6 +484,10 @@ func (s *Server) pump(ctx context.Context, r *request, account string, src event
 		typ, _ := wire.EventType(data)
 		end.tr.observe(typ, data)
 		toucher.event()
+		if typ == wire.EventResponseCreated && h.created != nil && end.tr.responseID != "" {
+			h.created(end.tr.responseID)
+			h.created = nil
+		}
 		completed := typ == wire.EventResponseCompleted || typ == wire.EventResponseIncomplete
 		if wire.IsTerminal(typ) && !completed {
 			// The upstream answered with an error of its own; the connection

@@ -11,6 +11,30 @@ import (
 	"github.com/codexrelay/codex-relay/internal/wire"
 )
 
+// watchStored has a stored response's attempt record the response as an
+// object of its account as soon as its id is known (see head.created).
+func (s *Server) watchStored(ctx context.Context, r *request, ch *choice, h *head) {
+	if isStored(r.body) {
+		h.created = func(id string) {
+			wctx, cancel := storeWriteContext(ctx)
+			defer cancel()
+			s.recordStored(wctx, r, ch, id)
+		}
+	}
+}
+
+// recordStored records the stored response id as an object of ch's
+// account, unsettled (its usage not charged yet); one recorded already is
+// kept as it is.
+func (s *Server) recordStored(ctx context.Context, r *request, ch *choice, id string) {
+	o := store.Object{Scope: r.client.scope(), ID: id, Kind: store.ObjectResponse, AccountID: ch.target.Account.ID,
+		Organization: ch.target.Account.Organization, ClientKeyID: r.client.key.ID, ThreadKey: string(r.ident.Key),
+		RequestID: r.id, Created: s.cfg.Now()}
+	if err := s.cfg.Store.PutObject(ctx, o); err != nil {
+		s.log.Warn("record stored response: a later request naming it will not find its account", "response", id, "err", err)
+	}
+}
+
 // settle records what a completed response leaves behind, before its
 // terminal event reaches the client (which may send its next request the
 // moment it reads it): who issued its turn state (and where a turn state
@@ -39,13 +63,12 @@ func (s *Server) settle(ctx context.Context, r *request, ch *choice, h *head, tr
 		if isStored(r.body) {
 			// A stored response is an object of its account: read, deleted
 			// or continued through any replica, it goes there. This answer
-			// charged its usage; a later read does not again.
+			// charged its usage; a later read does not again. (Its
+			// response.created recorded it already, unsettled: settled now.)
 			now := s.cfg.Now()
-			o := store.Object{Scope: r.client.scope(), ID: tr.responseID, Kind: store.ObjectResponse, AccountID: acct,
-				Organization: ch.target.Account.Organization, ClientKeyID: r.client.key.ID, ThreadKey: string(r.ident.Key),
-				RequestID: r.id, Created: now, Settled: now}
-			if err := s.cfg.Store.PutObject(ctx, o); err != nil {
-				s.log.Warn("record stored response", "response", tr.responseID, "err", err)
+			s.recordStored(ctx, r, ch, tr.responseID)
+			if _, err := s.cfg.Store.SettleObject(ctx, r.client.scope(), tr.responseID, now); err != nil {
+				s.log.Warn("settle stored response", "response", tr.responseID, "err", err)
 			}
 		}
 	}

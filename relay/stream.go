@@ -58,6 +58,11 @@ type head struct {
 	turnState string
 	proxy     bool
 	decided   bool
+	// created, when set, records a stored response as an object of its
+	// account once its id is known (response.created), before the client
+	// has the id: a background stream the client leaves is read on through
+	// any replica, and charged when read finished.
+	created func(responseID string)
 }
 
 // decideTurnState fixes, once, the turn state the answer gives: the
