@@ -580,6 +580,14 @@ func TestALeaseTakenOverRetiresItsFormerHoldersLane(t *testing.T) {
 		return lanes, requests
 	}
 
+	// Both have registered first: on a busy machine a replica's first
+	// heartbeat may come late, and a, not seeing b's row yet, would take b
+	// for gone before b ever said it was there.
+	require.Eventually(t, func() bool {
+		all, err := setup.Replicas(ctx, time.Time{}) // every row; deletes none
+		require.NoError(t, err)
+		return len(all) == 2
+	}, time.Minute, 20*time.Millisecond, "both replicas registered")
 	resp, body := onB.post(sessionS, rootT, responseRequest("on b"), nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	lanes, _ := local(b, "replica-b")

@@ -121,14 +121,19 @@ func (s *Server) forwardObject(w http.ResponseWriter, c *objectCall) {
 			_, _ = w.Write(f.body)
 			return
 		}
-		c.log.attempt(seq, acct, "", classOK, "", actionDone, resp.StatusCode, "", "", started, s.cfg.Now().Sub(started))
-		c.log.rec.AccountID = acct
-		func() {
+		retry := movable && seq < s.cfg.MaxAttempts
+		cut := func() bool {
 			defer cancel()
 			defer watch.Stop()
 			defer ch.release()
-			s.deliverObject(w, c, ch, resp, watch)
+			return s.deliverObject(w, c, ch, resp, watch, seq, started, retry)
 		}()
+		if cut {
+			// The answer broke before any of it reached the client: the
+			// next account answers instead, as for a 5xx.
+			exclude[acct] = true
+			continue
+		}
 		return
 	}
 }
@@ -197,30 +202,52 @@ func (s *Server) sendObject(ctx context.Context, c *objectCall, t target) (*http
 // streams through, each write bounded by the client write timeout; an
 // upstream that breaks mid-answer breaks the client's answer too, so a
 // cut is never a short file.
-func (s *Server) deliverObject(w http.ResponseWriter, c *objectCall, ch choice, resp *http.Response, watch *time.Timer) {
+//
+// The attempt (seq, started) is logged here, once its answer is known. A
+// JSON answer the relay reads whole and that breaks before its end has
+// reached the client in nothing: with retry, deliverObject reports the cut
+// (true) and the caller moves the call to the next account; without, the
+// client is told the answer was interrupted.
+func (s *Server) deliverObject(w http.ResponseWriter, c *objectCall, ch choice, resp *http.Response, watch *time.Timer,
+	seq int, started time.Time, retry bool) (cut bool) {
 	defer resp.Body.Close()
 	ctx := c.hr.Context()
+	acct := ch.target.Account.ID
+	first := s.cfg.Now().Sub(started)
 	body := &idleReader{r: resp.Body, watch: watch, idle: s.cfg.StreamIdleTimeout}
 	ct := resp.Header.Get("Content-Type")
-	passHeaders(w.Header(), resp.Header)
-	setLimitHeaders(w.Header(), c.r.limits)
-	if ct != "" {
-		w.Header().Set("Content-Type", ct)
-	}
 	if strings.HasPrefix(strings.ToLower(ct), "application/json") && resp.ContentLength <= maxObjectDocument {
 		doc, err := io.ReadAll(io.LimitReader(body, maxObjectDocument+1))
 		if err != nil {
+			if ctx.Err() != nil {
+				c.log.attempt(seq, acct, "", classCancelled, "", actionTerminal, resp.StatusCode, "", err.Error(), started, first)
+				c.log.ended(classCancelled)
+				return false
+			}
+			action := actionTerminal
+			if retry {
+				action = actionNext
+			}
+			c.log.attempt(seq, acct, "", classStreamCut, "", action, resp.StatusCode, "", err.Error(), started, first)
+			if retry {
+				return true
+			}
 			f := failInterrupted()
+			c.log.rec.AccountID = acct
 			c.log.answered(f, classStreamCut)
+			setLimitHeaders(w.Header(), c.r.limits)
 			writeError(w, f.status, f.err)
-			return
+			return false
 		}
+		c.log.attempt(seq, acct, "", classOK, "", actionDone, resp.StatusCode, "", "", started, first)
+		c.log.rec.AccountID = acct
+		s.writeObjectHeaders(w, c, resp)
 		if int64(len(doc)) <= maxObjectDocument {
 			s.noteObjectAnswer(ctx, c, ch, doc)
 			c.log.rec.Status = resp.StatusCode
 			w.WriteHeader(resp.StatusCode)
 			_, _ = w.Write(doc)
-			return
+			return false
 		}
 		// Larger than the relay reads (many large images): what was read
 		// goes first, the rest streams through unread.
@@ -228,11 +255,14 @@ func (s *Server) deliverObject(w http.ResponseWriter, c *objectCall, ch choice, 
 		w.WriteHeader(resp.StatusCode)
 		if _, err := w.Write(doc); err != nil {
 			c.log.ended(classCancelled)
-			return
+			return false
 		}
 		s.finishStream(ctx, w, c, body)
-		return
+		return false
 	}
+	c.log.attempt(seq, acct, "", classOK, "", actionDone, resp.StatusCode, "", "", started, first)
+	c.log.rec.AccountID = acct
+	s.writeObjectHeaders(w, c, resp)
 	if loc := resp.Header.Get("Location"); c.rt.creates && loc != "" {
 		// An object named by its Location (a realtime call), recorded
 		// before the client can name it.
@@ -253,9 +283,20 @@ func (s *Server) deliverObject(w http.ResponseWriter, c *objectCall, ch choice, 
 		if doc := tap.terminalResponse(); doc != nil {
 			s.noteObjectAnswer(ctx, c, ch, doc)
 		}
-		return
+		return false
 	}
 	s.finishStream(ctx, w, c, body)
+	return false
+}
+
+// writeObjectHeaders sets a successful answer's headers: the upstream's
+// that Codex reads, the client's limits and the content type.
+func (s *Server) writeObjectHeaders(w http.ResponseWriter, c *objectCall, resp *http.Response) {
+	passHeaders(w.Header(), resp.Header)
+	setLimitHeaders(w.Header(), c.r.limits)
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
 }
 
 // maxTappedEvent bounds one event an sseTap keeps: a terminal event holds
