@@ -135,7 +135,7 @@ func TestCodexAppServerImageGeneration(t *testing.T) {
 	priceImages(ctx, t, h)
 	_, key, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "desktop"})
 	require.NoError(t, err)
-	codex := chatGPTCodex(t, h, key)
+	codex := chatGPTCodexTLS(t, h, key)
 	app := codex.StartAppServer(t, nil)
 	_, err = app.Initialize(ctx, appServerClient)
 	require.NoError(t, err)

@@ -16,6 +16,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +57,10 @@ func chatGPTCodex(t *testing.T, h *harness, key string) *codexcli.Codex {
 // chatGPTCodexTLS is chatGPTCodex through the relay served over TLS (as
 // Codex requires of a ChatGPT login's chatgpt_base_url), with a certificate
 // of the test's own that Codex is told to trust.
+//
+// Its config.toml is README's ChatGPT sign-in block, as written but for the
+// relay's address and no update check, and its auth.json what
+// `codex-relay keys codex-auth` prints (codexauth.AuthJSON).
 func chatGPTCodexTLS(t *testing.T, h *harness, key string) *codexcli.Codex {
 	caPEM, leaf := testCertificates(t)
 	srv := httptest.NewUnstartedServer(h.relay)
@@ -63,8 +69,32 @@ func chatGPTCodexTLS(t *testing.T, h *harness, key string) *codexcli.Codex {
 	t.Cleanup(srv.Close)
 	ca := filepath.Join(t.TempDir(), "relay-ca.pem")
 	require.NoError(t, os.WriteFile(ca, caPEM, 0o600))
-	return codexcli.New(t, codexcli.Provider{BaseURL: srv.URL + "/backend-api/codex", Key: key, Model: "gpt-5.5",
+	codex := codexcli.New(t, codexcli.Provider{BaseURL: srv.URL + "/backend-api/codex", Key: key, Model: "gpt-5.5",
 		ChatGPTLogin: true, ChatGPTBaseURL: srv.URL + "/backend-api/", CACertFile: ca})
+	writeREADMEChatGPTConfig(t, codex.Home, srv.URL)
+	return codex
+}
+
+// readmeRelayURL is the relay address README's ChatGPT sign-in block names.
+const readmeRelayURL = "https://relay.example.com"
+
+// writeREADMEChatGPTConfig makes README's ChatGPT sign-in block the
+// CODEX_HOME's config.toml, for the relay at relayURL.
+func writeREADMEChatGPTConfig(t *testing.T, home, relayURL string) {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(readme), "\n### Image generation and the `/status` card: a ChatGPT sign-in through the relay\n")
+	require.True(t, ok, "README has the ChatGPT sign-in section")
+	m := regexp.MustCompile("(?s)```toml\n(.*?)```").FindStringSubmatch(section)
+	require.NotNil(t, m, "the section has a toml block")
+	block := m[1]
+	require.Contains(t, block, `chatgpt_base_url = "`+readmeRelayURL+`/backend-api/"`)
+	require.Contains(t, block, `base_url = "`+readmeRelayURL+`/backend-api/codex"`)
+	require.Contains(t, block, "requires_openai_auth = true")
+	require.Contains(t, section, "codex-relay keys codex-auth > ~/.codex/auth.json", "the section says how to write auth.json")
+	cfg := "check_for_update_on_startup = false\n" + strings.ReplaceAll(block, readmeRelayURL, relayURL)
+	require.NoError(t, os.WriteFile(filepath.Join(home, "config.toml"), []byte(cfg), 0o600))
 }
 
 // testCertificates makes a certificate authority (its certificate as PEM)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -11,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/codexrelay/codex-relay/internal/codexauth"
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/web"
 )
 
@@ -18,7 +21,7 @@ const keysPurpose = `Manage client keys: the keys Codex sends to the relay (Auth
 crk_...). Each key may be limited to some accounts (a list, or a tag), to some
 models, and to a lifetime. A revoked or expired key is refused at once.`
 
-var keyVerbs = []string{"create", "list", "limits", "revoke"}
+var keyVerbs = []string{"create", "list", "limits", "revoke", "codex-auth"}
 
 func runKeys(ctx context.Context, c cli, args []string) error {
 	return runSubcommand(ctx, c, "keys", keysPurpose, map[string]subcommand{
@@ -26,6 +29,8 @@ func runKeys(ctx context.Context, c cli, args []string) error {
 		"list":   {"", "list keys with scope, expiry and use", runKeysList},
 		"limits": {"ID|NAME", "show a key's limits with their use, or set them", runKeysLimits},
 		"revoke": {"ID|NAME", "revoke a key at once", runKeysRevoke},
+		"codex-auth": {"", "print the auth.json that signs Codex in \"with ChatGPT\" through the relay with a key",
+			runKeysCodexAuth},
 	}, keyVerbs, args)
 }
 
@@ -322,4 +327,34 @@ func runKeysRevoke(ctx context.Context, c cli, name string, args []string) error
 	}
 	fmt.Fprintf(c.stdout, "revoked %s (%s)\n", k.ID, k.Name)
 	return nil
+}
+
+const keysCodexAuthPurpose = `Print the auth.json (for ~/.codex/auth.json) that signs Codex in "with
+ChatGPT" where its ChatGPT is the relay: the access token is the client key in
+CODEX_RELAY_KEY, the ID token an unsigned one Codex only reads. With it, and the
+README's ChatGPT sign-in block in config.toml (requires_openai_auth, the relay's
+chatgpt_base_url over HTTPS), Codex offers its image tool and its /status card
+shows the key's limits. Nothing is sent anywhere: the command only writes.`
+
+func runKeysCodexAuth(_ context.Context, c cli, name string, args []string) error {
+	// Not an admin API verb: no -url, no admin token.
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(c.stderr, "Usage: codex-relay %s\n\n%s\n\nEnvironment:\n  CODEX_RELAY_KEY   the client key (crk_...) Codex is to send\n",
+			name, keysCodexAuthPurpose)
+	}
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	key := strings.TrimSpace(c.getenv("CODEX_RELAY_KEY"))
+	if !strings.HasPrefix(key, store.ClientKeyPrefix) {
+		return fmt.Errorf("%s: set CODEX_RELAY_KEY to the client key (%s...) Codex is to send", name, store.ClientKeyPrefix)
+	}
+	out, err := codexauth.AuthJSON(key, time.Now())
+	if err != nil {
+		return err
+	}
+	_, err = c.stdout.Write(out)
+	return err
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"regexp"
 	"strings"
@@ -162,4 +163,51 @@ func TestKeysCostLimitWarns(t *testing.T) {
 		require.NoError(t, err)
 		assert.Contains(t, errOut, "gpt-5.5's prices (the table's fallback_model)")
 	})
+}
+
+// keys codex-auth prints the auth.json of a ChatGPT sign-in through the
+// relay: the key from the environment as the access token, an ID token
+// whose claims name the relay's workspace, a fresh last refresh. No key,
+// or something that is no client key, is refused.
+func TestKeysCodexAuth(t *testing.T) {
+	out, _, err := runCLI(t, cliEnv{"CODEX_RELAY_KEY": " crk_abc123 "}, "keys", "codex-auth")
+	require.NoError(t, err)
+	var auth struct {
+		Mode        string  `json:"auth_mode"`
+		APIKey      *string `json:"OPENAI_API_KEY"`
+		LastRefresh string  `json:"last_refresh"`
+		Tokens      struct {
+			IDToken     string `json:"id_token"`
+			AccessToken string `json:"access_token"`
+			AccountID   string `json:"account_id"`
+		} `json:"tokens"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &auth), out)
+	assert.Equal(t, "chatgpt", auth.Mode)
+	assert.Nil(t, auth.APIKey)
+	assert.Equal(t, "crk_abc123", auth.Tokens.AccessToken)
+	assert.Equal(t, "relay", auth.Tokens.AccountID)
+	refreshed, err := time.Parse(time.RFC3339, auth.LastRefresh)
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now(), refreshed, time.Minute)
+	parts := strings.Split(auth.Tokens.IDToken, ".")
+	require.Len(t, parts, 3)
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	require.NoError(t, err)
+	var claims struct {
+		Email string `json:"email"`
+		Auth  struct {
+			Account string `json:"chatgpt_account_id"`
+			Plan    string `json:"chatgpt_plan_type"`
+		} `json:"https://api.openai.com/auth"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &claims))
+	assert.Equal(t, "relay", claims.Auth.Account)
+	assert.NotEmpty(t, claims.Auth.Plan)
+	assert.NotEmpty(t, claims.Email)
+
+	for _, key := range []string{"", "sk-not-a-client-key"} {
+		_, _, err = runCLI(t, cliEnv{"CODEX_RELAY_KEY": key}, "keys", "codex-auth")
+		assert.ErrorContains(t, err, "set CODEX_RELAY_KEY to the client key")
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +24,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codexrelay/codex-relay/internal/codexauth"
 )
 
 // RequireEnv is the environment variable that turns a missing Codex binary
@@ -90,7 +91,7 @@ type Provider struct {
 }
 
 // ChatGPTAccountID is the ChatGPT-Account-Id a ChatGPTLogin Codex sends.
-const ChatGPTAccountID = "acct-codexcli"
+const ChatGPTAccountID = codexauth.Workspace
 
 // Codex is one configured Codex installation for a test: the binary, a
 // CODEX_HOME and a working directory. Runs are sequential by nature (one
@@ -332,39 +333,8 @@ func (c *Codex) env() []string {
 const deadURL = "http://127.0.0.1:9"
 
 // AuthJSON is the auth.json of a ChatGPT login whose access token is
-// token, refreshed at now (so Codex does not try to refresh it): the ID
-// token is an unsigned JWT whose claims name a Plus plan, an email and
-// ChatGPTAccountID, which is all Codex reads from it.
-func AuthJSON(token string, now time.Time) ([]byte, error) {
-	claims, err := json.Marshal(map[string]any{
-		"email": "codexcli@example.com",
-		"iat":   now.Unix(),
-		"exp":   now.Add(24 * time.Hour).Unix(),
-		"https://api.openai.com/auth": map[string]any{
-			"chatgpt_account_id": ChatGPTAccountID,
-			"chatgpt_plan_type":  "plus",
-			"chatgpt_user_id":    "user-codexcli",
-			"user_id":            "user-codexcli",
-		},
-		"https://api.openai.com/profile": map[string]any{"email": "codexcli@example.com"},
-	})
-	if err != nil {
-		return nil, err
-	}
-	enc := base64.RawURLEncoding
-	idToken := enc.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + enc.EncodeToString(claims) + "." + enc.EncodeToString([]byte("unsigned"))
-	return json.MarshalIndent(map[string]any{
-		"OPENAI_API_KEY": nil,
-		"auth_mode":      "chatgpt",
-		"tokens": map[string]any{
-			"id_token":      idToken,
-			"access_token":  token,
-			"refresh_token": "unused-refresh-token",
-			"account_id":    ChatGPTAccountID,
-		},
-		"last_refresh": now.UTC().Format(time.RFC3339),
-	}, "", "  ")
-}
+// token: codexauth's, which `codex-relay keys codex-auth` prints.
+func AuthJSON(token string, now time.Time) ([]byte, error) { return codexauth.AuthJSON(token, now) }
 
 // Event is one JSONL event of `codex exec --json`.
 type Event struct {

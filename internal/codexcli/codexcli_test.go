@@ -157,9 +157,12 @@ func TestRunArgumentsEnvironmentAndStdin(t *testing.T) {
 		names = append(names, name)
 	}
 	for _, n := range names {
-		assert.Contains(t, []string{"PATH", "HOME", "CODEX_HOME", "CODEX_RELAY_KEY", "PWD", "SHLVL", "_", "OLDPWD"}, n,
-			"only PATH, HOME, CODEX_HOME and the key reach Codex (the shell adds PWD, SHLVL, _)")
+		assert.Contains(t, []string{"PATH", "HOME", "CODEX_HOME", "CODEX_RELAY_KEY", "PWD", "SHLVL", "_", "OLDPWD",
+			"CODEX_REFRESH_TOKEN_URL_OVERRIDE", "CODEX_REVOKE_TOKEN_URL_OVERRIDE"}, n,
+			"only PATH, HOME, CODEX_HOME, the key and the dead token URLs reach Codex (the shell adds PWD, SHLVL, _)")
 	}
+	assert.Contains(t, eventsOf(res, "env"), "CODEX_REFRESH_TOKEN_URL_OVERRIDE=http://127.0.0.1:9/oauth/token",
+		"a token refresh could not leave the machine")
 	assert.Contains(t, eventsOf(res, "env"), "CODEX_RELAY_KEY=secret-key")
 	assert.Contains(t, eventsOf(res, "env"), "CODEX_HOME="+c.Home)
 	assert.Contains(t, eventsOf(res, "env"), "HOME="+c.UserHome, "a home of its own: the user's dotfiles do not run in Codex's tool shell")
