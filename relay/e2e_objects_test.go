@@ -729,3 +729,22 @@ func TestBackgroundStreamLeftAndReadOn(t *testing.T) {
 	}
 	assert.Len(t, accounts, 1, "every request on the response went to its account")
 }
+
+// The Responses API's own image tool (image_generation, which Codex
+// Desktop offers with some providers, and which peers have refused) is a
+// tool like any: the request goes upstream with it unchanged, over both
+// prefixes.
+func TestImageGenerationToolPassesThrough(t *testing.T) {
+	t.Parallel()
+	h := newHarnessSim(t, sim.Config{Accounts: []sim.Account{openAIAccount("k1")}, Logger: testLogger(t)}, nil2)
+	for _, prefix := range []string{"/v1", "/backend-api/codex"} {
+		code, got := call(t, http.MethodPost, h.srv.URL+prefix+"/responses", `{"model":"gpt-5.5","stream":false,"input":"draw a fox",`+
+			`"tools":[{"type":"image_generation","quality":"low","size":"1024x1024"},{"type":"function","name":"f","parameters":{}}]}`)
+		require.Equal(t, http.StatusOK, code, "%v", got)
+	}
+	recs := h.sim.Records(sim.RecordFilter{Route: sim.RouteResponses})
+	require.Len(t, recs, 2)
+	for _, r := range recs {
+		assert.Equal(t, []string{"image_generation", "function"}, r.ToolTypes, "the tools went upstream as sent")
+	}
+}

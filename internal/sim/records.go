@@ -117,16 +117,19 @@ type Record struct {
 	ClientKey bool `json:"client_key"`
 
 	// Body fields of response requests.
-	Model              string       `json:"model,omitempty"`
-	ServiceTier        string       `json:"service_tier,omitempty"`
-	ReasoningEffort    string       `json:"reasoning_effort,omitempty"`
-	PromptCacheKey     string       `json:"prompt_cache_key,omitempty"`
-	PreviousResponseID string       `json:"previous_response_id,omitempty"`
-	Generate           *bool        `json:"generate,omitempty"`
-	Stream             bool         `json:"stream,omitempty"` // a WebSocket message has none
-	InputCount         int          `json:"input_count"`
-	InputTypes         []string     `json:"input_types,omitempty"`
-	ToolOutputs        []ToolOutput `json:"tool_outputs,omitempty"`
+	Model              string   `json:"model,omitempty"`
+	ServiceTier        string   `json:"service_tier,omitempty"`
+	ReasoningEffort    string   `json:"reasoning_effort,omitempty"`
+	PromptCacheKey     string   `json:"prompt_cache_key,omitempty"`
+	PreviousResponseID string   `json:"previous_response_id,omitempty"`
+	Generate           *bool    `json:"generate,omitempty"`
+	Stream             bool     `json:"stream,omitempty"` // a WebSocket message has none
+	InputCount         int      `json:"input_count"`
+	InputTypes         []string `json:"input_types,omitempty"`
+	// ToolTypes are the types of the request's tools, in order ("function",
+	// "custom", "namespace", "image_generation", ...).
+	ToolTypes   []string     `json:"tool_types,omitempty"`
+	ToolOutputs []ToolOutput `json:"tool_outputs,omitempty"`
 	// ClientTurnState is client_metadata["x-codex-turn-state"] (WebSocket).
 	ClientTurnState string `json:"client_turn_state,omitempty"`
 	// RequestKind is request_kind from x-codex-turn-metadata (turn,
@@ -299,6 +302,7 @@ func (rc *recorder) takeFinished() []Record {
 func (r *Record) clone() Record {
 	c := *r
 	c.InputTypes = slices.Clone(r.InputTypes)
+	c.ToolTypes = slices.Clone(r.ToolTypes)
 	c.ToolOutputs = slices.Clone(r.ToolOutputs)
 	c.EventTypes = slices.Clone(r.EventTypes)
 	c.FileIDs = slices.Clone(r.FileIDs)
@@ -371,6 +375,9 @@ func (ref recordRef) noteRequest(req *responseRequest) {
 		if req.Generate != nil {
 			g := *req.Generate
 			r.Generate = &g
+		}
+		for _, tool := range req.Tools {
+			r.ToolTypes = append(r.ToolTypes, tool.Type)
 		}
 		r.InputCount = len(req.Input)
 		r.InputTypes = make([]string, len(req.Input))
