@@ -69,16 +69,7 @@ func doJSON(t *testing.T, req *http.Request) (int, map[string]any) {
 
 func call(t *testing.T, method, url string, body string) (int, map[string]any) {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	require.NoError(t, err)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	return doJSON(t, req)
+	return doJSON(t, jsonRequest(t, method, url, body))
 }
 
 // errorType and errorCode are the "type" and "code" of an OpenAI error

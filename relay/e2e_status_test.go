@@ -134,6 +134,28 @@ func (u *tui) submit(text string) {
 	require.NoError(u.t, exec.Command("tmux", "send-keys", "-t", u.session, "Enter").Run())
 }
 
+// spendKey spends key k's first limit, through the relay with its secret,
+// until its use reaches at least target: each request's use is waited
+// for, so the spending stops within one request of it (the sim counts
+// tokens alike every run). It returns the key's use now, as a function.
+func spendKey(t *testing.T, h *harness, k store.ClientKey, secret string, target float64) func() float64 {
+	t.Helper()
+	ctx := context.Background()
+	used := func() float64 {
+		lu, err := h.store.KeyBudget(ctx, k, "", time.Time{}, time.UTC)
+		require.NoError(t, err)
+		return lu[0].Used + lu[0].Reserved
+	}
+	for i := 0; used() < target; i++ {
+		require.Less(t, i, 500, "the key's use does not grow")
+		before := used()
+		resp, body := h.post(sessionS, "", responseRequest(strings.Repeat("spend the day's tokens ", 1000)), bearer(secret))
+		require.Equal(t, 200, resp.StatusCode, body)
+		require.Eventually(t, func() bool { return used() > before }, time.Minute, 10*time.Millisecond, "the request's use is counted")
+	}
+	return used
+}
+
 // The real Codex TUI, pointed at the relay with the README's config block,
 // shows the limit of its client key: after a turn, its warning and status
 // line name the key's daily limit and what is left of it (the relay's
@@ -150,22 +172,10 @@ func TestCodexTUIShowsTheKeysLimit(t *testing.T) {
 		Limits: []budget.Limit{{Metric: budget.Tokens, Window: budget.Day, Max: max}}})
 	require.NoError(t, err)
 	// Most of the day's tokens are spent already, by other requests of the
-	// key: each one's use is waited for, so the spending stops within one
-	// request of 80% (the sim counts tokens alike every run). What the relay reports during Codex's
-	// turn may add the turn's own reservation; past 90%, Codex offers to
-	// switch models (a prompt over the TUI, declined below when it comes).
-	used := func() float64 {
-		lu, err := h.store.KeyBudget(ctx, k, "", time.Time{}, time.UTC)
-		require.NoError(t, err)
-		return lu[0].Used + lu[0].Reserved
-	}
-	for i := 0; used() < 0.80*max; i++ {
-		require.Less(t, i, 500, "the key's use does not grow")
-		before := used()
-		resp, body := h.post(sessionS, "", responseRequest(strings.Repeat("spend the day's tokens ", 1000)), bearer(secret))
-		require.Equal(t, 200, resp.StatusCode, body)
-		require.Eventually(t, func() bool { return used() > before }, time.Minute, 10*time.Millisecond, "the request's use is counted")
-	}
+	// key. What the relay reports during Codex's turn may add the turn's
+	// own reservation; past 90%, Codex offers to switch models (a prompt
+	// over the TUI, declined below when it comes).
+	used := spendKey(t, h, k, secret, 0.80*max)
 	require.Less(t, used(), 0.9*max, "one request spends a small part of the day")
 	codex := codexcli.New(t, codexcli.Provider{BaseURL: h.codexBaseURL(), WebSockets: false, Key: secret})
 	u := startTUI(t, codex)
@@ -217,18 +227,7 @@ func TestCodexTUIStatusCardShowsTheKeysLimit(t *testing.T) {
 	k, secret, err := h.store.CreateClientKey(ctx, store.ClientKey{Name: "desktop",
 		Limits: []budget.Limit{{Metric: budget.Tokens, Window: budget.Day, Max: max}}})
 	require.NoError(t, err)
-	used := func() float64 {
-		lu, err := h.store.KeyBudget(ctx, k, "", time.Time{}, time.UTC)
-		require.NoError(t, err)
-		return lu[0].Used + lu[0].Reserved
-	}
-	for i := 0; used() < 0.40*max; i++ {
-		require.Less(t, i, 500, "the key's use does not grow")
-		before := used()
-		resp, body := h.post(sessionS, "", responseRequest(strings.Repeat("spend the day's tokens ", 1000)), bearer(secret))
-		require.Equal(t, 200, resp.StatusCode, body)
-		require.Eventually(t, func() bool { return used() > before }, time.Minute, 10*time.Millisecond, "the request's use is counted")
-	}
+	used := spendKey(t, h, k, secret, 0.40*max)
 	codex := chatGPTCodexTLS(t, h, secret)
 	u := startTUI(t, codex)
 	u.waitFor(time.Minute, "its composer", func(p string) bool {

@@ -448,7 +448,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}()
 	}
-	if s.serveUsage(w, r) || s.serveAccountsCheck(w, r) {
+	if s.serveChatGPTAnswer(w, r) {
 		return
 	}
 	rest, ok := cutPrefix(r.URL.Path, "/backend-api/codex", "/v1")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"slices"
 
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/internal/wire"
@@ -18,12 +19,44 @@ const (
 	usagePathCodex = "/backend-api/api/codex/usage"
 )
 
-// serveUsage answers Codex's usage request itself, when r is one: the
-// same figures the client's answers carry (see reportLimits), in the shape
-// of the ChatGPT backend's usage payload. It is the client key's: a wrong
-// key is refused as on every client route. It reports whether r was one.
-func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) bool {
-	if r.URL.Path != usagePathWham && r.URL.Path != usagePathCodex {
+// chatGPTAnswer is a route of the ChatGPT backend the relay answers
+// itself (no account is asked): its two spellings and its answer for the
+// client.
+type chatGPTAnswer struct {
+	paths  [2]string
+	answer func(s *Server, r *http.Request, cl client) (any, error)
+}
+
+// chatGPTAnswers are those routes: Codex's usage for /status (the same
+// figures the client's answers carry, see reportLimits, in the shape of
+// the ChatGPT backend's usage payload) and its workspace routing discovery
+// (through the relay, the workspace Codex is signed into is the relay,
+// with no residency constraint, so its requests stay at the configured
+// base URLs; the one workspace listed is the one Codex names, its
+// ChatGPT-Account-Id, which it requires to find there, or "relay").
+var chatGPTAnswers = []chatGPTAnswer{
+	{paths: [2]string{usagePathWham, usagePathCodex}, answer: func(s *Server, r *http.Request, cl client) (any, error) {
+		uses, err := s.keyUseNow(r.Context(), cl.key)
+		if err != nil {
+			return nil, err
+		}
+		rl, err := s.reportFor(r.Context(), cl.key, uses)
+		if err != nil {
+			return nil, storeUnavailable("read accounts", err)
+		}
+		return usagePayloadOf(rl, s.cfg.Now().Unix()), nil
+	}},
+	{paths: [2]string{accountsCheckWham, accountsCheckCodex}, answer: func(_ *Server, r *http.Request, _ client) (any, error) {
+		return accountsCheckOf(r.Header.Get(wire.HeaderChatGPTAccountID)), nil
+	}},
+}
+
+// serveChatGPTAnswer answers r itself when it is one of chatGPTAnswers,
+// for its client key (a wrong key is refused as on every client route;
+// only GET is served), and reports whether it was one.
+func (s *Server) serveChatGPTAnswer(w http.ResponseWriter, r *http.Request) bool {
+	i := slices.IndexFunc(chatGPTAnswers, func(a chatGPTAnswer) bool { return slices.Contains(a.paths[:], r.URL.Path) })
+	if i < 0 {
 		return false
 	}
 	if r.Method != http.MethodGet {
@@ -35,17 +68,12 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		return true
 	}
-	uses, err := s.keyUseNow(r.Context(), cl.key)
+	v, err := chatGPTAnswers[i].answer(s, r, cl)
 	if err != nil {
 		s.writeFailure(w, err)
 		return true
 	}
-	rl, err := s.reportFor(r.Context(), cl.key, uses)
-	if err != nil {
-		s.writeFailure(w, storeUnavailable("read accounts", err))
-		return true
-	}
-	b := mustJSON(usagePayloadOf(rl, s.cfg.Now().Unix()))
+	b := mustJSON(v)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -62,33 +90,6 @@ const (
 	accountsCheckWham  = "/backend-api/wham/accounts/check"
 	accountsCheckCodex = "/backend-api/api/codex/accounts/check"
 )
-
-// serveAccountsCheck answers Codex's workspace routing discovery itself,
-// when r is one: through the relay, the workspace Codex is signed into is
-// the relay, with no residency constraint, so its requests stay at the
-// configured base URLs. The one workspace listed is the one Codex names
-// (its ChatGPT-Account-Id, which it requires to find there), or "relay".
-// The key is checked as on every client route; nothing goes upstream. It
-// reports whether r was one.
-func (s *Server) serveAccountsCheck(w http.ResponseWriter, r *http.Request) bool {
-	if r.URL.Path != accountsCheckWham && r.URL.Path != accountsCheckCodex {
-		return false
-	}
-	if r.Method != http.MethodGet {
-		w.Header().Set("Allow", "GET")
-		writeError(w, http.StatusMethodNotAllowed, apiError{Type: "invalid_request_error", Code: "method_not_allowed", Message: "use GET"})
-		return true
-	}
-	if _, ok := s.admit(w, r); !ok {
-		return true
-	}
-	b := mustJSON(accountsCheckOf(r.Header.Get(wire.HeaderChatGPTAccountID)))
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
-	return true
-}
 
 // accountsCheck is the ChatGPT backend's accounts/check answer as Codex
 // decodes it: the workspaces, their order and the default.
