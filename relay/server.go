@@ -244,6 +244,7 @@ func New(cfg Config) *Server {
 	}
 	s.pool = bridge.NewPool(pc)
 	s.keyUse, s.requestLog, s.placements, s.usage = s.newKeyUse(), s.newRequestLog(), s.newPlacements(), s.newUsage()
+	cfg.Registry.MustRegister(newAccountsCollector(s))
 	return s
 }
 
