@@ -11,17 +11,17 @@ import (
 
 // AuditEntry is one admin action: who did what to which object, and when.
 type AuditEntry struct {
-	ID      string
-	At      time.Time
+	ID string
+	At time.Time
 	// Actor is who acted: a user's email, token:<name> for a personal
 	// token, or admin-token.
 	Actor string
 	// UserEmail is the person behind a token:<name> actor; "" otherwise.
 	UserEmail string
-	Address string // the client address the action came from
-	Action  string // e.g. binding.reset, account.pause, login, login.failed
-	Target  string // e.g. thread:<id>, account:<id>; empty when none
-	Detail  string // a short human-readable note
+	Address   string // the client address the action came from
+	Action    string // e.g. binding.reset, account.pause, login, login.failed
+	Target    string // e.g. thread:<id>, account:<id>; empty when none
+	Detail    string // a short human-readable note
 }
 
 type auditRow struct {
