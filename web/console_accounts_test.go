@@ -175,7 +175,7 @@ func TestConsoleEditAccount(t *testing.T) {
 		require.NoError(t, err)
 		var details []string
 		for _, e := range entries {
-			assert.Equal(t, "admin", e.Actor)
+			assert.Equal(t, "admin-token", e.Actor)
 			assert.Equal(t, "account:"+a.ID, e.Target)
 			assert.NotContains(t, e.Detail, proxyPassword)
 			details = append(details, e.Detail)
@@ -247,7 +247,7 @@ func TestConsoleRemoveAccount(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, entries, 1)
 		assert.Equal(t, "account:"+f.a.ID, entries[0].Target)
-		assert.Equal(t, "admin", entries[0].Actor)
+		assert.Equal(t, "admin-token", entries[0].Actor)
 
 		// The last account: the page says every request fails.
 		page = unescape(body(b.get("/admin/accounts/" + f.b.ID + "/remove")))
