@@ -218,7 +218,7 @@ func TestConsoleSessionOfAPerson(t *testing.T) {
 
 	rec := b.get("/admin/keys")
 	require.Equal(t, http.StatusOK, rec.Code)
-	assert.Contains(t, body(rec), "viewer@example.com · viewer")
+	assert.Contains(t, body(rec), "viewer · viewer@example.com")
 	assert.NotContains(t, body(rec), "Create a client key")
 	rec = b.get("/admin/bindings")
 	assert.NotContains(t, body(rec), `action="/admin/bindings/reset"`)

@@ -242,7 +242,7 @@ func (s *Server) requireBearer(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="codex-relay admin"`)
 		return &HTTPError{Status: http.StatusUnauthorized, Code: "unauthorized",
-			Msg: "admin token or personal token required (Authorization: Bearer <token>); a personal token stops when revoked, expired or its user disabled"}
+			Msg: "admin token required, or a personal token that stands (not revoked or expired, its user not disabled): Authorization: Bearer <token>"}
 	}
 }
 
