@@ -2,7 +2,9 @@ package web
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -296,4 +298,24 @@ func TestPeoplePage(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	assert.Contains(t, body(rec), "new@example.com: disabled no → yes")
 	assert.Contains(t, body(rec), "new@example.com: role operator → admin")
+}
+
+// An open live view of a person ends at its next update once they are
+// disabled, as their next page would be refused.
+func TestLiveViewEndsWhenItsPersonIsDisabled(t *testing.T) {
+	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	srv := rolesServer(t, s)
+	pp := addPeople(t, s)
+	b := newBrowser(t, srv)
+	loginWith(t, b, pp.tokens["viewer"])
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	live, stop := openLive(t, ts, b, "/admin/live/overview")
+	defer stop()
+	assert.Contains(t, nextEvent(t, live), "Accounts available")
+	yes := true
+	_, _, err := s.UpdateUser(context.Background(), pp.users["viewer"].ID, store.UserChange{Disabled: &yes})
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, live)
+	assert.NoError(t, err, "the stream ends")
 }

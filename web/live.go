@@ -127,6 +127,9 @@ func (s *Server) live(c echo.Context) error {
 		if !s.sessions.stillStands(ctx, sess) {
 			return nil // signed out, idle or expired: the browser's retry goes to the login page
 		}
+		if p, ok := s.sessionPrincipal(ctx, sess); !ok || p.Role != principalOf(c).Role {
+			return nil // its person disabled, or their token revoked, or their role changed
+		}
 	}
 }
 
