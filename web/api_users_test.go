@@ -319,3 +319,18 @@ func TestLiveViewEndsWhenItsPersonIsDisabled(t *testing.T) {
 	_, err = io.Copy(io.Discard, live)
 	assert.NoError(t, err, "the stream ends")
 }
+
+// A usage report is a viewer's to read; its CSV export is an operator's.
+func TestUsageExportNeedsAnOperator(t *testing.T) {
+	s := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	srv := rolesServer(t, s)
+	pp := addPeople(t, s)
+	code, _, _ := call(t, srv, http.MethodGet, "/api/v1/usage", pp.tokens["viewer"], nil)
+	assert.Equal(t, http.StatusOK, code)
+	code, body, _ := call(t, srv, http.MethodGet, "/api/v1/usage?format=csv", pp.tokens["viewer"], nil)
+	assert.Equal(t, http.StatusForbidden, code)
+	c, _ := errorOf(t, body)
+	assert.Equal(t, "role_required", c)
+	code, _, raw := call(t, srv, http.MethodGet, "/api/v1/usage?format=csv", pp.tokens["operator"], nil)
+	assert.Equal(t, http.StatusOK, code, raw)
+}

@@ -72,7 +72,7 @@ func (s *Server) routes() {
 	s.handle(api, http.MethodGet, "/replicas", viewer, s.listReplicas)
 	s.handle(api, http.MethodGet, "/diagnostics", viewer, s.listDiagnostics)
 	s.handle(api, http.MethodGet, "/requests", viewer, s.listRequests)
-	s.handle(api, http.MethodGet, "/usage", viewer, s.usage)
+	s.handle(api, http.MethodGet, "/usage", viewer, s.usage) // format=csv, an export: operator
 	s.handle(api, http.MethodGet, "/audit", viewer, s.listAudit)
 	s.handle(api, http.MethodGet, "/prices", viewer, s.getPrices)
 	s.handle(api, http.MethodPut, "/prices", admin, s.putPrices)
