@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -44,6 +45,20 @@ func (s *Server) auditAs(ctx context.Context, w who, action, target, detail stri
 		s.log.Error("audit log write failed", "action", action, "target", target, "err", err)
 	}
 }
+
+// changes are what an action changed, before and after, for its audit
+// row's detail ("role viewer → operator; tags (none) → \"blue\""). Only
+// what may be shown goes in: never a secret.
+type changes []string
+
+// add notes field's change from before to after, if it changed.
+func (ch *changes) add(field, before, after string) {
+	if before != after {
+		*ch = append(*ch, field+" "+quoteOrNone(before)+" → "+quoteOrNone(after))
+	}
+}
+
+func (ch changes) String() string { return strings.Join(ch, "; ") }
 
 // auditView is an audit entry as the API shows it.
 type auditView struct {

@@ -180,8 +180,9 @@ func TestConsoleEditAccount(t *testing.T) {
 			assert.NotContains(t, e.Detail, proxyPassword)
 			details = append(details, e.Detail)
 		}
-		assert.Equal(t, []string{"changed tags, proxy_url", "changed label, tags, priority, max_concurrency, proxy_url"}, details,
-			"one entry a save that changed something, naming what")
+		assert.Equal(t, []string{`tags "green,red" → (none); proxy_url "socks5://bob:***@10.0.0.5:1080" → (none)`,
+			`label "team" → "team two"; tags "blue" → "green,red"; priority "3" → "-20"; max_concurrency "0" → "4"; proxy_url (none) → "socks5://bob:***@10.0.0.5:1080"`},
+			details, "one entry a save that changed something, naming what, before and after (the proxy without its password)")
 	})
 }
 

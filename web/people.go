@@ -226,17 +226,15 @@ func (s *Server) updateUser(c echo.Context, id string, ch store.UserChange) (sto
 // userDiff says what changed between two states of a user ("" for
 // nothing): "role viewer → operator; disabled no → yes".
 func userDiff(a, b store.User) string {
-	var parts []string
-	if a.Name != b.Name {
-		parts = append(parts, "name "+quoteOrNone(a.Name)+" → "+quoteOrNone(b.Name))
-	}
+	var ch changes
+	ch.add("name", a.Name, b.Name)
 	if a.Role != b.Role {
-		parts = append(parts, "role "+string(a.Role)+" → "+string(b.Role))
+		ch = append(ch, "role "+string(a.Role)+" → "+string(b.Role))
 	}
 	if a.Disabled() != b.Disabled() {
-		parts = append(parts, "disabled "+yesNo(a.Disabled())+" → "+yesNo(b.Disabled()))
+		ch = append(ch, "disabled "+yesNo(a.Disabled())+" → "+yesNo(b.Disabled()))
 	}
-	return strings.Join(parts, "; ")
+	return ch.String()
 }
 
 func quoteOrNone(s string) string {
