@@ -334,3 +334,56 @@ func TestUsageExportNeedsAnOperator(t *testing.T) {
 	code, _, raw := call(t, srv, http.MethodGet, "/api/v1/usage?format=csv", pp.tokens["operator"], nil)
 	assert.Equal(t, http.StatusOK, code, raw)
 }
+
+// The console's tokens page: a person makes a token (shown once), which
+// works on the API until they revoke it there; another person's tokens are
+// an admin's to see; the admin token, not a person, has none.
+func TestConsoleTokensPage(t *testing.T) {
+	srv, s, clk := clockedServer(t)
+	ctx := context.Background()
+	pp := addPeople(t, s)
+	b := newBrowser(t, srv)
+	loginWith(t, b, pp.tokens["viewer"])
+	rec := b.get("/admin/tokens")
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Contains(t, body(rec), "viewer-token")
+	clk.Add(time.Second) // tokens list newest first
+	rec = b.post("/admin/tokens", url.Values{"name": {"from the console"}, "expires_in": {"720h"}})
+	require.Equal(t, http.StatusOK, rec.Code, body(rec))
+	secret := regexpFind(`id="new-token" readonly value="(crp_[0-9A-Za-z]+)"`, body(rec))
+	require.NotEmpty(t, secret, "the token is shown once")
+	assert.NotContains(t, body(b.get("/admin/tokens")), secret, "and never again")
+	code, _, _ := call(t, srv, http.MethodGet, "/api/v1/keys", secret, nil)
+	assert.Equal(t, http.StatusOK, code)
+
+	ts, err := s.UserTokens(ctx, pp.users["viewer"].ID)
+	require.NoError(t, err)
+	require.Len(t, ts, 2)
+	assert.Equal(t, "from the console", ts[0].Name)
+	assert.False(t, ts[0].ExpiresAt.IsZero())
+	rec = b.post("/admin/tokens/"+ts[0].ID+"/revoke", nil)
+	require.Equal(t, http.StatusSeeOther, rec.Code, body(rec))
+	code, _, _ = call(t, srv, http.MethodGet, "/api/v1/keys", secret, nil)
+	assert.Equal(t, http.StatusUnauthorized, code, "revoked in the console")
+
+	opID := pp.users["operator"].ID
+	rec = b.get("/admin/tokens?user=" + opID)
+	assert.Equal(t, http.StatusForbidden, rec.Code)
+	assert.Contains(t, body(rec), "needs the admin role")
+	rec = b.post("/admin/tokens", url.Values{"user": {opID}, "name": {"theirs now"}})
+	assert.Equal(t, http.StatusForbidden, rec.Code)
+	ts, err = s.UserTokens(ctx, opID)
+	require.NoError(t, err)
+	assert.Len(t, ts, 1, "no token was made for the operator")
+
+	a := newBrowser(t, srv)
+	a.addr = "192.0.2.11:40000"
+	a.login()
+	assert.NotContains(t, body(a.get("/admin/")), `href="/admin/tokens"`, "the admin token has no tokens of its own")
+	assert.Contains(t, body(b.get("/admin/")), `<a class="who" href="/admin/tokens"`, "a person reaches theirs from their name")
+	assert.Contains(t, body(a.get("/admin/people")), `href="/admin/tokens?user=`+opID+`"`)
+	rec = a.get("/admin/tokens?user=" + opID)
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Contains(t, body(rec), "Tokens of operator@example.com")
+	assert.Contains(t, body(rec), "operator-token")
+}

@@ -26,7 +26,8 @@ import (
 func (s *Server) frame(c echo.Context, nav, title string) ui.Frame {
 	sess, _ := c.Get(sessionKey).(session)
 	who := principalOf(c)
-	f := ui.Frame{Title: title, Nav: nav, Intro: nav, CSRF: s.sessions.csrf(purposeSession, sess), Who: who.Actor, Role: string(who.Role)}
+	f := ui.Frame{Title: title, Nav: nav, Intro: nav, CSRF: s.sessions.csrf(purposeSession, sess), Who: who.Actor, Role: string(who.Role),
+		Person: who.UserID != ""}
 	if now, ok := c.Get(flashNowKey).(*ui.Flash); ok {
 		f.Flash = now
 	}

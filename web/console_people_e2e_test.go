@@ -21,8 +21,9 @@ import (
 
 // The console in a real browser signed in as a viewer with a personal
 // token: no action above the role is shown, and a pause forced with the
-// page's CSRF token is refused and does nothing; an admin then adds a
-// person on the People page (web/e2e/people.mjs).
+// page's CSRF token is refused and does nothing; the viewer makes a token
+// of their own; an admin then adds a person on the People page
+// (web/e2e/people.mjs).
 func TestConsoleAsAViewerInABrowser(t *testing.T) {
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
@@ -77,4 +78,8 @@ func TestConsoleAsAViewerInABrowser(t *testing.T) {
 	require.NoError(t, err, "the person added in the browser is stored")
 	assert.Equal(t, roles.Operator, added.Role)
 	assert.Equal(t, "New Person", added.Name)
+	ts, err := st.UserTokens(ctx, viewer.ID)
+	require.NoError(t, err)
+	require.Len(t, ts, 2)
+	assert.Equal(t, "from chromium", ts[0].Name, "the token made in the browser is stored")
 }

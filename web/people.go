@@ -298,35 +298,47 @@ type tokenForm struct {
 }
 
 func (s *Server) createUserToken(c echo.Context) error {
-	id := c.Param("id")
-	if err := ownTokens(c, id); err != nil {
-		return err
-	}
 	var f tokenForm
 	if err := decodeJSON(c, &f); err != nil {
 		return err
 	}
+	t, secret, err := s.makeToken(c, c.Param("id"), f)
+	if err != nil {
+		return err
+	}
+	v := viewToken(t)
+	v.Token = secret
+	return c.JSON(http.StatusCreated, v)
+}
+
+// makeToken makes a personal token for user id, if the request may (their
+// own, or anyone's for an admin), and audits it: the API's and the
+// console's.
+func (s *Server) makeToken(c echo.Context, id string, f tokenForm) (store.UserToken, string, error) {
+	if err := ownTokens(c, id); err != nil {
+		return store.UserToken{}, "", err
+	}
 	t := store.UserToken{UserID: id, Name: strings.TrimSpace(f.Name)}
 	if t.Name == "" {
-		return badField("name", "required")
+		return store.UserToken{}, "", badField("name", "required")
 	}
 	if f.Role != "" {
 		r, err := parseRole("role", f.Role)
 		if err != nil {
-			return err
+			return store.UserToken{}, "", err
 		}
 		t.Role = r
 	}
 	if f.ExpiresAt != nil {
 		if !f.ExpiresAt.After(s.cfg.Now()) {
-			return badField("expires_at", "must be in the future")
+			return store.UserToken{}, "", badField("expires_at", "must be in the future")
 		}
 		t.ExpiresAt = *f.ExpiresAt
 	}
 	ctx := c.Request().Context()
 	u, err := s.cfg.Store.User(ctx, id)
 	if err != nil {
-		return err
+		return store.UserToken{}, "", err
 	}
 	// A token made by its user never acts above the token (or session) it
 	// was made with: a viewer token of an admin makes viewer tokens.
@@ -335,7 +347,7 @@ func (s *Server) createUserToken(c echo.Context) error {
 	}
 	t, secret, err := s.cfg.Store.CreateUserToken(ctx, t)
 	if err != nil {
-		return err
+		return store.UserToken{}, "", err
 	}
 	detail := u.Email + `: "` + t.Name + `"`
 	if t.Role != "" {
@@ -345,20 +357,27 @@ func (s *Server) createUserToken(c echo.Context) error {
 		detail += ", until " + t.ExpiresAt.UTC().Format(time.RFC3339)
 	}
 	s.audit(c, "token.create", "token:"+t.ID, detail)
-	v := viewToken(t)
-	v.Token = secret
-	return c.JSON(http.StatusCreated, v)
+	return t, secret, nil
 }
 
 func (s *Server) revokeUserToken(c echo.Context) error {
-	id := c.Param("id")
-	if err := ownTokens(c, id); err != nil {
-		return err
-	}
-	t, err := s.cfg.Store.RevokeUserToken(c.Request().Context(), id, c.Param("token_id"))
+	t, err := s.revokeToken(c, c.Param("id"), c.Param("token_id"))
 	if err != nil {
 		return err
 	}
-	s.audit(c, "token.revoke", "token:"+t.ID, `"`+t.Name+`"`)
 	return c.JSON(http.StatusOK, viewToken(t))
+}
+
+// revokeToken revokes one of user id's tokens, if the request may, and
+// audits it.
+func (s *Server) revokeToken(c echo.Context, id, tokenID string) (store.UserToken, error) {
+	if err := ownTokens(c, id); err != nil {
+		return store.UserToken{}, err
+	}
+	t, err := s.cfg.Store.RevokeUserToken(c.Request().Context(), id, tokenID)
+	if err != nil {
+		return store.UserToken{}, err
+	}
+	s.audit(c, "token.revoke", "token:"+t.ID, `"`+t.Name+`"`)
+	return t, nil
 }

@@ -98,6 +98,9 @@ var routeRoles = map[string]roles.Role{
 	"GET /admin/people":                      admin,
 	"POST /admin/people":                     admin,
 	"POST /admin/people/:id":                 admin,
+	"GET /admin/tokens":                      viewer, // one's own; another's need admin
+	"POST /admin/tokens":                     viewer, // likewise
+	"POST /admin/tokens/:id/revoke":          viewer, // likewise
 	"GET /admin/live/:topic":                 viewer,
 	"POST /admin/logout":                     viewer,
 }

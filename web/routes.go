@@ -135,6 +135,10 @@ func (s *Server) routes() {
 	s.handle(con, http.MethodGet, "/people", admin, s.peoplePage)
 	s.handle(con, http.MethodPost, "/people", admin, s.consoleAddUser)
 	s.handle(con, http.MethodPost, "/people/:id", admin, s.consoleUpdateUser)
+	// One's own tokens, or (an admin) anyone's: the handlers check whose.
+	s.handle(con, http.MethodGet, "/tokens", viewer, s.tokensPage)
+	s.handle(con, http.MethodPost, "/tokens", viewer, s.consoleMakeToken)
+	s.handle(con, http.MethodPost, "/tokens/:id/revoke", viewer, s.consoleRevokeToken)
 	s.handle(con, http.MethodGet, "/live/:topic", viewer, s.live)
 	s.handle(con, http.MethodPost, "/logout", viewer, s.logout)
 	con.RouteNotFound("/*", func(c echo.Context) error { return echo.ErrNotFound })

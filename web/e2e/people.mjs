@@ -5,13 +5,14 @@
 //
 // A viewer signs in with their personal token: every page they read shows
 // no action a viewer cannot take (no sign-in, pause, key, reset, pin,
-// price or CSV controls, no People tab), and a pause forced with the
+// price or CSV controls, no People tab); they make a token of their own
+// on their tokens page, shown once; and a pause forced with the
 // page's own CSRF token is refused with the 403 naming the operator role.
 // Then an admin signs in with the admin token and adds a person on the
 // People page.
 //
 // Environment: RELAY_URL (the console's origin, on loopback), ADMIN_TOKEN,
-// VIEWER_TOKEN, ACCOUNT_ID (an account to force a pause of), CHROMIUM,
+// VIEWER_TOKEN (of a token named "browser"), ACCOUNT_ID (an account to force a pause of), CHROMIUM,
 // OUT_DIR (screenshots). Exit status 0 when every step passed; each step is
 // logged.
 
@@ -78,6 +79,19 @@ try {
     await absent(`form[action="/admin/settings/prices"]`, "the price form");
     await page.goto(`${base}/admin/usage`);
     await absent("a.download-csv", "Download CSV");
+  }
+
+  step("the viewer makes a personal token of their own, shown once");
+  await page.setViewportSize(widths[0]);
+  await page.goto(`${base}/admin/tokens`);
+  check(await page.isVisible(`tr[data-token="browser"]`), "their token is listed");
+  await page.click("section.forms summary");
+  await page.fill(`form[action="/admin/tokens"] input[name=name]`, "from chromium");
+  await Promise.all([page.waitForNavigation(), page.click(`form[action="/admin/tokens"] button[type=submit]`)]);
+  check((await page.inputValue("#new-token")).startsWith("crp_"), "the new token is shown");
+  for (const w of widths) {
+    await page.setViewportSize({ width: w.width, height: w.height });
+    await shoot("viewer-tokens", w);
   }
 
   step("the People page is refused to a viewer");

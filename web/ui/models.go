@@ -21,6 +21,9 @@ type Frame struct {
 	// Who is signed in (an email, or admin-token) and Role theirs: pages
 	// show only the actions the role may take (the server refuses the rest).
 	Who, Role string
+	// Person is set when a person is signed in (not the admin token): they
+	// have tokens of their own.
+	Person bool
 }
 
 // Operates reports whether the signed-in role acts on traffic (operator or
@@ -410,4 +413,18 @@ type PersonRow struct {
 type PersonForm struct {
 	Email, Name string
 	Roles       []Option
+}
+
+// Tokens is a person's tokens page; UserID "" is the admin token's.
+type Tokens struct {
+	UserID, Email, Role string
+	Tokens              []TokenRow
+	Roles               []Option // the new token's role: theirs, or narrower
+	Created             *CreatedKey
+}
+
+// TokenRow is one personal token, never its secret.
+type TokenRow struct {
+	ID, Name, Prefix, Role, State, Tone, Expires, LastUsed, Created string
+	Revoked                                                         bool
 }
