@@ -192,6 +192,10 @@ func TestOtherPeoplesTokens(t *testing.T) {
 	assert.Len(t, ts, 1, "no token was made for the operator")
 	code, _, _ := call(t, srv, http.MethodGet, "/api/v1/users/"+opID+"/tokens", opTok, nil)
 	assert.Equal(t, http.StatusOK, code, "one's own")
+	code, body, _ := call(t, srv, http.MethodPost, "/api/v1/users/"+opID+"/tokens", pp.tokens["admin"], map[string]any{"name": "wide", "role": "admin"})
+	assert.Equal(t, http.StatusBadRequest, code, "a token's role narrows its user's, never widens it")
+	_, field := errorOf(t, body)
+	assert.Equal(t, "role", field)
 	code, _, _ = call(t, srv, http.MethodGet, "/api/v1/users/"+opID+"/tokens", pp.tokens["admin"], nil)
 	assert.Equal(t, http.StatusOK, code, "an admin's: anyone's")
 

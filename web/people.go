@@ -340,6 +340,9 @@ func (s *Server) makeToken(c echo.Context, id string, f tokenForm) (store.UserTo
 	if err != nil {
 		return store.UserToken{}, "", err
 	}
+	if t.Role != "" && !u.Role.Covers(t.Role) {
+		return store.UserToken{}, "", badField("role", "a token's role narrows its user's: %s's is %s", u.Email, u.Role)
+	}
 	// A token made by its user never acts above the token (or session) it
 	// was made with: a viewer token of an admin makes viewer tokens.
 	if p := principalOf(c); p.UserID == id && !p.Role.Covers(u.Role) {

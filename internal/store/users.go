@@ -333,7 +333,9 @@ var ErrTokenRejected = errors.New("personal token rejected")
 // AuthenticateUserToken finds the usable token whose secret is presented
 // and its user, read now (uncached: a revoked token or a disabled user is
 // refused at the next request). Its last use is recorded, at most once a
-// minute.
+// minute. The lookup is by the secret's SHA-256, as a client key's: how
+// long an index search for a hash takes says nothing of the secret, so no
+// comparison of secrets is left to be made in constant time.
 func (s *Store) AuthenticateUserToken(ctx context.Context, secret string) (UserToken, User, error) {
 	if !strings.HasPrefix(secret, UserTokenPrefix) {
 		return UserToken{}, User{}, ErrTokenRejected
