@@ -300,6 +300,7 @@ func TestPeoplePage(t *testing.T) {
 
 	rec = b.get("/admin/audit?actor=admin-token")
 	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Contains(t, body(rec), `<option value="new@example.com">`, "the filter offers every person")
 	assert.Contains(t, body(rec), "new@example.com: disabled no → yes")
 	assert.Contains(t, body(rec), "new@example.com: role operator → admin")
 }
