@@ -19,12 +19,13 @@ import (
 	"github.com/codexrelay/codex-relay/web"
 )
 
-// The console in a real browser signed in as a viewer with a personal
-// token: no action above the role is shown, and a pause forced with the
-// page's CSRF token is refused and does nothing; the viewer makes a token
-// of their own; an admin then adds a person on the People page
-// (web/e2e/people.mjs).
-func TestConsoleAsAViewerInABrowser(t *testing.T) {
+// The console in a real browser signed in as each role: a viewer (with a
+// personal token) is shown no action above the role, a pause forced with
+// the page's CSRF token is refused and does nothing, and they make a token
+// of their own; an operator sees the pause and key controls, not the
+// admin's, and a forced price change is refused; an admin adds a person
+// on the People page (web/e2e/people.mjs).
+func TestConsoleByRoleInABrowser(t *testing.T) {
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
 	chromium, node := browserTools(t, root)
@@ -41,6 +42,10 @@ func TestConsoleAsAViewerInABrowser(t *testing.T) {
 	_, viewerToken, err := st.CreateUserToken(ctx, store.UserToken{UserID: viewer.ID, Name: "browser"})
 	require.NoError(t, err)
 
+	op, err := st.CreateUser(ctx, store.User{Email: "operator@example.com", Role: roles.Operator})
+	require.NoError(t, err)
+	_, operatorToken, err := st.CreateUserToken(ctx, store.UserToken{UserID: op.ID, Name: "browser"})
+	require.NoError(t, err)
 	srv := httptest.NewServer(web.New(web.Config{Store: st, AdminTokenHash: web.HashAdminToken(e2eAdminToken)}))
 	t.Cleanup(srv.Close)
 
@@ -50,7 +55,7 @@ func TestConsoleAsAViewerInABrowser(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(sctx, node, filepath.Join(root, "web", "e2e", "people.mjs"))
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "RELAY_URL="+srv.URL, "ADMIN_TOKEN="+e2eAdminToken, "VIEWER_TOKEN="+viewerToken,
+	cmd.Env = append(os.Environ(), "RELAY_URL="+srv.URL, "ADMIN_TOKEN="+e2eAdminToken, "VIEWER_TOKEN="+viewerToken, "OPERATOR_TOKEN="+operatorToken,
 		"ACCOUNT_ID="+acct.ID, "CHROMIUM="+chromium, "OUT_DIR="+out)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -73,7 +78,10 @@ func TestConsoleAsAViewerInABrowser(t *testing.T) {
 	for _, e := range logins {
 		actors[e.Actor] = true
 	}
-	assert.Equal(t, map[string]bool{"viewer@example.com": true, "admin-token": true}, actors)
+	assert.Equal(t, map[string]bool{"viewer@example.com": true, "operator@example.com": true, "admin-token": true}, actors)
+	tables, err := st.PriceTables(ctx, 10)
+	require.NoError(t, err)
+	assert.Empty(t, tables, "the operator's forced price change stored nothing")
 	added, err := st.UserByEmail(ctx, "new.person@example.com")
 	require.NoError(t, err, "the person added in the browser is stored")
 	assert.Equal(t, roles.Operator, added.Role)

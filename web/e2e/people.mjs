@@ -8,11 +8,12 @@
 // price or CSV controls, no People tab); they make a token of their own
 // on their tokens page, shown once; and a pause forced with the
 // page's own CSRF token is refused with the 403 naming the operator role.
-// Then an admin signs in with the admin token and adds a person on the
-// People page.
+// An operator sees the pause and key controls but no admin's, and a price
+// change forced with the page's CSRF token is refused. Then an admin signs
+// in with the admin token and adds a person on the People page.
 //
 // Environment: RELAY_URL (the console's origin, on loopback), ADMIN_TOKEN,
-// VIEWER_TOKEN (of a token named "browser"), ACCOUNT_ID (an account to force a pause of), CHROMIUM,
+// VIEWER_TOKEN (of a token named "browser"), OPERATOR_TOKEN, ACCOUNT_ID (an account to force a pause of), CHROMIUM,
 // OUT_DIR (screenshots). Exit status 0 when every step passed; each step is
 // logged.
 
@@ -24,6 +25,7 @@ const must = (name) => mustOf("people.mjs", name);
 const base = must("RELAY_URL");
 const adminToken = must("ADMIN_TOKEN");
 const viewerToken = must("VIEWER_TOKEN");
+const operatorToken = must("OPERATOR_TOKEN");
 const accountID = must("ACCOUNT_ID");
 const executablePath = must("CHROMIUM");
 const outDir = must("OUT_DIR");
@@ -109,9 +111,31 @@ try {
   check(forced.status === 403, `the forced pause answered ${forced.status}`);
   check(forced.text.includes("needs the operator role"), "the refusal names the operator role");
 
+  step("an operator sees the operator's actions, and no admin's");
+  await context.clearCookies();
+  await login(operatorToken, "/admin/accounts");
+  await page.setViewportSize(widths[0]);
+  check((await page.textContent("header .who")).startsWith("operator · operator@example.com"), "the header names the operator");
+  check((await page.locator(`form[action="/admin/accounts/${accountID}/pause"]`).count()) === 1, "Pause is shown");
+  await absent("form.signin-start", "Sign in with ChatGPT");
+  await absent(`nav a[href="/admin/people"]`, "the People tab");
+  await page.goto(`${base}/admin/keys`);
+  check((await page.locator(`form[action="/admin/keys"]`).count()) === 1, "Create a client key is shown");
+  await page.goto(`${base}/admin/usage`);
+  await page.goto(`${base}/admin/settings`);
+  await absent(`form[action="/admin/settings/prices"]`, "the price form");
+  const forcedPrices = await page.evaluate(async () => {
+    const csrf = document.querySelector("form.logout input[name=_csrf]").value;
+    const r = await fetch("/admin/settings/prices", { method: "POST", body: new URLSearchParams({ _csrf: csrf, entries: "m,default,1,1,1" }) });
+    return { status: r.status, text: await r.text() };
+  });
+  check(forcedPrices.status === 403, `the forced price change answered ${forcedPrices.status}`);
+  check(forcedPrices.text.includes("needs the admin role"), "the refusal names the admin role");
+
   step("an admin adds a person on the People page");
   await context.clearCookies();
   await login(adminToken, "/admin/people");
+  check(await page.isVisible(`nav a[href="/admin/people"]`), "the People tab is an admin's");
   await page.setViewportSize(widths[0]);
   check((await page.locator(`tr[data-user="viewer@example.com"]`).count()) === 1, "the viewer is listed");
   await page.click("section.forms summary"); // the form is folded once people exist
