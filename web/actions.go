@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,6 +109,10 @@ func (s *Server) addAccountAs(ctx context.Context, w who, f AccountForm, action 
 // the same input with the same messages.
 func (s *Server) updateAccount(c echo.Context, id string, f AccountForm) (store.Account, error) {
 	ctx := c.Request().Context()
+	before, err := s.cfg.Store.Account(ctx, id)
+	if err != nil {
+		return store.Account{}, err
+	}
 	p, err := s.accountPatch(ctx, id, f)
 	if err != nil {
 		return store.Account{}, err
@@ -116,8 +121,41 @@ func (s *Server) updateAccount(c echo.Context, id string, f AccountForm) (store.
 	if err != nil {
 		return store.Account{}, err
 	}
-	s.audit(c, "account.update", "account:"+a.ID, "changed "+strings.Join(f.fieldsGiven(), ", "))
+	s.audit(c, "account.update", "account:"+a.ID, accountDiff(before, a, f))
 	return a, nil
+}
+
+// accountDiff says what an update changed, before and after: its settings
+// as shown (the proxy without its password), and which credentials were
+// replaced, by name only.
+func accountDiff(a, b store.Account, f AccountForm) string {
+	var ch changes
+	ch.add("label", a.Label, b.Label)
+	ch.add("base_url", a.BaseURL, b.BaseURL)
+	ch.add("organization", a.Organization, b.Organization)
+	ch.add("account_id", a.ChatGPTAccountID, b.ChatGPTAccountID)
+	ch.add("email", a.Email, b.Email)
+	ch.add("plan_type", a.PlanType, b.PlanType)
+	ch.add("tags", strings.Join(a.Tags, ","), strings.Join(b.Tags, ","))
+	ch.add("priority", strconv.Itoa(a.Priority), strconv.Itoa(b.Priority))
+	ch.add("max_concurrency", strconv.Itoa(a.MaxConcurrency), strconv.Itoa(b.MaxConcurrency))
+	ch.add("proxy_url", a.Proxy.String(), b.Proxy.String())
+	var creds []string
+	for _, c := range []struct {
+		name string
+		set  bool
+	}{{"api_key", f.APIKey != nil}, {"access_token", f.AccessToken != nil}, {"refresh_token", f.RefreshToken != nil}, {"id_token", f.IDToken != nil}} {
+		if c.set {
+			creds = append(creds, c.name)
+		}
+	}
+	if len(creds) > 0 {
+		ch = append(ch, "replaced "+strings.Join(creds, ", "))
+	}
+	if len(ch) == 0 {
+		return "nothing changed"
+	}
+	return ch.String()
 }
 
 // removeAccount deletes an account with its credentials and every binding

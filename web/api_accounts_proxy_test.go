@@ -78,7 +78,7 @@ func TestAccountsAPIProxy(t *testing.T) {
 
 		code, _, raw = call(t, srv, http.MethodGet, "/api/v1/audit", testAdminToken, nil)
 		require.Equal(t, http.StatusOK, code)
-		assert.Contains(t, raw, "proxy_url", "the audit names the field changed")
+		assert.Contains(t, raw, "proxy_url", "the audit names the field changed, before and after")
 		assert.NotContains(t, raw, proxyPassword)
 		accounts, err := s.Accounts(ctx)
 		require.NoError(t, err)

@@ -167,7 +167,7 @@ func TestBindingsAPI(t *testing.T) {
 		code, _, _ = call(t, srv, http.MethodDelete, "/api/v1/bindings/"+pin["id"].(string), testAdminToken, nil)
 		assert.Equal(t, http.StatusNotFound, code)
 
-		entries, _, err := s.AuditLog(ctx, store.AuditFilter{Actor: "api"})
+		entries, _, err := s.AuditLog(ctx, store.AuditFilter{Actor: "admin-token"})
 		require.NoError(t, err)
 		var actions, targets []string
 		for _, e := range entries {
@@ -258,7 +258,7 @@ func TestLanesDiagnosticsRequestsAuditAPI(t *testing.T) {
 		require.EqualValues(t, 1, au["total"])
 		e := au["entries"].([]any)[0].(map[string]any)
 		assert.Equal(t, "key.create", e["action"])
-		assert.Equal(t, "api", e["actor"])
+		assert.Equal(t, "admin-token", e["actor"])
 		_, err := time.Parse(time.RFC3339, e["at"].(string))
 		assert.NoError(t, err)
 		code, au, _ = call(t, srv, http.MethodGet, "/api/v1/audit?actor=admin", testAdminToken, nil)
@@ -289,7 +289,7 @@ func TestAPIActionsAreAudited(t *testing.T) {
 		for i := len(entries) - 1; i >= 0; i-- {
 			e := entries[i]
 			actions = append(actions, e.Action)
-			assert.Equal(t, "api", e.Actor)
+			assert.Equal(t, "admin-token", e.Actor)
 			assert.NotContains(t, e.Detail, "secret", "credentials never reach the audit log")
 		}
 		assert.Equal(t, []string{"account.create", "account.update", "account.pause", "account.resume", "key.create", "key.revoke", "account.delete"}, actions,

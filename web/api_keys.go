@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -423,8 +425,46 @@ func (s *Server) updateKey(c echo.Context, id string, f KeyPatch) (store.ClientK
 	if err != nil {
 		return store.ClientKey{}, err
 	}
-	s.audit(c, "key.update", "key:"+updated.ID, updated.Name)
+	s.audit(c, "key.update", "key:"+updated.ID, updated.Name+": "+keyDiff(cur, updated))
 	return updated, nil
+}
+
+// keyDiff says what an update changed in a key, before and after.
+func keyDiff(a, b store.ClientKey) string {
+	limits := func(k store.ClientKey) string {
+		out := make([]string, len(k.Limits))
+		for i, l := range k.Limits {
+			out[i] = l.Name() + "=" + strconv.FormatFloat(l.Max, 'f', -1, 64)
+		}
+		return strings.Join(out, ",")
+	}
+	expires := func(k store.ClientKey) string {
+		if k.ExpiresAt.IsZero() {
+			return "never"
+		}
+		return k.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	aliases := func(k store.ClientKey) string {
+		out := make([]string, 0, len(k.Policy.ModelAliases))
+		for _, from := range slices.Sorted(maps.Keys(k.Policy.ModelAliases)) {
+			out = append(out, from+"="+k.Policy.ModelAliases[from])
+		}
+		return strings.Join(out, ",")
+	}
+	var ch changes
+	ch.add("name", a.Name, b.Name)
+	ch.add("account_ids", strings.Join(a.ScopeAccounts, ","), strings.Join(b.ScopeAccounts, ","))
+	ch.add("account_tag", a.ScopeTag, b.ScopeTag)
+	ch.add("models", strings.Join(a.Models, ","), strings.Join(b.Models, ","))
+	ch.add("expires_at", expires(a), expires(b))
+	ch.add("limits", limits(a), limits(b))
+	ch.add("model_aliases", aliases(a), aliases(b))
+	ch.add("max_reasoning_effort", a.Policy.MaxReasoningEffort, b.Policy.MaxReasoningEffort)
+	ch.add("priority_tier", a.Policy.PriorityTier, b.Policy.PriorityTier)
+	if len(ch) == 0 {
+		return "nothing changed"
+	}
+	return ch.String()
 }
 
 // revokeKey revokes rather than deletes, so the request log keeps naming it.

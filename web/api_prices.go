@@ -86,8 +86,7 @@ func (f PriceTableForm) table() (pricing.Table, error) {
 // table is a 400 naming the field (entries[3].tier), with the
 // *pricing.FieldError kept as its cause; nothing is stored then.
 func (s *Server) savePrices(c echo.Context, t pricing.Table) (pricing.Table, error) {
-	actor, _ := c.Get(actorKey).(string)
-	saved, err := s.cfg.Store.SavePriceTable(c.Request().Context(), t, actor)
+	saved, err := s.cfg.Store.SavePriceTable(c.Request().Context(), t, principalOf(c).Actor)
 	var fe *pricing.FieldError
 	if errors.As(err, &fe) {
 		return pricing.Table{}, &HTTPError{Status: http.StatusBadRequest, Code: "invalid_field", Field: fe.Path(), Msg: fe.Error(), Err: fe}

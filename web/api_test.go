@@ -128,8 +128,10 @@ func TestOpenAPIDocumentMatchesRoutes(t *testing.T) {
 		p := pathParam.ReplaceAllString(strings.TrimPrefix(r.Path, "/api/v1"), "{$1}")
 		routes[strings.ToLower(r.Method)+" "+p] = true
 		item, ok := paths[p].(map[string]any)
-		if assert.True(t, ok, "route %s %s is not in the OpenAPI document", r.Method, p) {
-			assert.Contains(t, item, strings.ToLower(r.Method), "route %s %s is not in the OpenAPI document", r.Method, p)
+		if assert.True(t, ok, "route %s %s is not in the OpenAPI document", r.Method, p) &&
+			assert.Contains(t, item, strings.ToLower(r.Method), "route %s %s is not in the OpenAPI document", r.Method, p) {
+			op := item[strings.ToLower(r.Method)].(map[string]any)
+			assert.Equal(t, string(srv.roleOf[r.Method+" "+r.Path]), op["x-required-role"], "the role the document names for %s %s", r.Method, p)
 		}
 	}
 	for p, item := range paths {

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/codexrelay/codex-relay/internal/report"
+	"github.com/codexrelay/codex-relay/internal/roles"
 	"github.com/codexrelay/codex-relay/internal/store"
 )
 
@@ -163,6 +164,13 @@ func (s *Server) usage(c echo.Context) error {
 	q, err := parseUsageQuery(c, s.cfg.Now(), loc)
 	if err != nil {
 		return err
+	}
+	// A report is anyone's to read; the CSV export is an operator's, as
+	// the console's download is.
+	if q.CSV {
+		if err := checkRole(c, roles.Operator); err != nil {
+			return err
+		}
 	}
 	agg := report.NewAggregator(q.Groups, loc)
 	err = s.cfg.Store.EachUsageRow(c.Request().Context(), q.filter(), func(r store.UsageRow) error {

@@ -1,7 +1,9 @@
 package web
 
 import (
+	"context"
 	"crypto/hmac"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -11,20 +13,83 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/codexrelay/codex-relay/internal/ratelimit"
+	"github.com/codexrelay/codex-relay/internal/roles"
+	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/web/ui"
 )
 
 // Context keys set by the auth middlewares.
 const (
-	actorKey   = "codex_relay.actor"   // who acts: actorAdmin or actorAPI
-	sessionKey = "codex_relay.session" // the console session, a session
+	principalKey = "codex_relay.principal" // who acts, a principal
+	sessionKey   = "codex_relay.session"   // the console session, a session
 )
 
-// Actors, as the audit log names them.
-const (
-	actorAdmin = "admin" // the console
-	actorAPI   = "api"   // a bearer-token client of /api/v1
-)
+// actorAdminToken is the audit log's actor for the admin token, in the
+// console and on the API alike: the break-glass owner, not a person.
+const actorAdminToken = "admin-token"
+
+// actorAnonymous is the actor of a failed sign-in or API attempt: whoever
+// it was did not show who they are.
+const actorAnonymous = "anonymous"
+
+// principal is who a request acts as, and with which role: the admin token
+// (role admin), a person signed into the console, or a personal token.
+type principal struct {
+	// Actor names them in the audit log: a user's email, token:<name>, or
+	// admin-token.
+	Actor string
+	// UserEmail is the person behind a token; "" otherwise.
+	UserEmail string
+	// UserID is the user acting (through the console or a token); "" for
+	// the admin token.
+	UserID string
+	// TokenID is the personal token a request or a console session bears.
+	TokenID string
+	Role    roles.Role
+}
+
+// adminPrincipal is the admin token's.
+var adminPrincipal = principal{Actor: actorAdminToken, Role: roles.Admin}
+
+// tokenPrincipal is a personal token's: it acts with the lower of its own
+// role and its user's.
+func tokenPrincipal(t store.UserToken, u store.User) principal {
+	return principal{Actor: "token:" + t.Name, UserEmail: u.Email, UserID: u.ID, TokenID: t.ID, Role: roles.Effective(u.Role, t.Role)}
+}
+
+// principalOf is who the request acts as; none (no role) before the auth
+// middlewares have run.
+func principalOf(c echo.Context) principal {
+	p, _ := c.Get(principalKey).(principal)
+	return p
+}
+
+// requireRole refuses a request whose principal's role does not cover
+// need, before the handler runs: nothing happens but the 403.
+func requireRole(need roles.Role) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if err := checkRole(c, need); err != nil {
+				return err
+			}
+			return next(c)
+		}
+	}
+}
+
+// checkRole is requireRole's test, for a handler whose need depends on what
+// it is asked (another person's tokens need admin).
+func checkRole(c echo.Context, need roles.Role) error {
+	if principalOf(c).Role.Covers(need) {
+		return nil
+	}
+	return roleRequired(need)
+}
+
+func roleRequired(need roles.Role) *HTTPError {
+	return &HTTPError{Status: http.StatusForbidden, Type: "forbidden", Code: "role_required",
+		Msg: "this needs the " + string(need) + " role"}
+}
 
 // Login attempts per client address: a burst of loginBurst, then one more
 // every loginRefill. Successful logins count too, so the limit cannot be
@@ -64,12 +129,18 @@ func (s *Server) currentSession(c echo.Context) (session, bool) {
 	return s.sessions.verify(c.Request().Context(), purposeSession, ck.Value)
 }
 
-// requireSession admits console requests of a logged-in operator; their
-// actions are audited as actor "admin". Others are sent to the login page
-// (reads) or refused (writes).
+// requireSession admits console requests of a signed-in session whose
+// person may still sign in: one signed in with the admin token acts as
+// admin-token, a person as their email with their role (narrowed by the
+// personal token they signed in with, which must still stand). Others are
+// sent to the login page (reads) or refused (writes).
 func (s *Server) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		sess, ok := s.currentSession(c)
+		var p principal
+		if ok {
+			p, ok = s.sessionPrincipal(c.Request().Context(), sess)
+		}
 		if !ok {
 			r := c.Request()
 			if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -78,7 +149,7 @@ func (s *Server) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 			return &HTTPError{Status: http.StatusUnauthorized, Code: "unauthorized", Msg: "Log in to the console first."}
 		}
 		c.Set(sessionKey, sess)
-		c.Set(actorKey, actorAdmin)
+		c.Set(principalKey, p)
 		return next(c)
 	}
 }
@@ -155,10 +226,11 @@ type loginForm struct {
 	Next  string `form:"next"`
 }
 
-// login checks the admin token. Attempts are rate-limited per client address
-// and audited, failures included.
+// login signs in with the admin token (as admin-token) or a personal
+// token (as its user, with its role). Attempts are rate-limited per client
+// address and audited, failures included.
 func (s *Server) login(c echo.Context) error {
-	f := loginForm{Token: c.FormValue("token"), Next: safeNext(c.FormValue("next"))}
+	f := loginForm{Token: strings.TrimSpace(c.FormValue("token")), Next: safeNext(c.FormValue("next"))}
 	v := s.loginVisit(c)
 	page := ui.Login{CSRF: s.sessions.csrf(purposeLogin, v), Next: f.Next}
 	if ok, wait := s.limiter.Allow(c.RealIP()); !ok {
@@ -170,12 +242,16 @@ func (s *Server) login(c echo.Context) error {
 	if err := s.checkCSRF(c, s.sessions.csrf(purposeLogin, v)); err != nil {
 		return err
 	}
-	if strings.TrimSpace(f.Token) == "" || !s.adminToken(strings.TrimSpace(f.Token)) {
-		s.audit(c, "login.failed", "", "wrong admin token")
-		page.Error = "That is not the admin token."
+	p, ok, err := s.loginPrincipal(c.Request().Context(), f.Token)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		s.audit(c, "login.failed", "", "wrong token")
+		page.Error = "That is not the admin token, nor a personal token that stands (not revoked or expired, its user not disabled)."
 		return s.render(c, http.StatusUnauthorized, ui.LoginPage(page))
 	}
-	token, sess := s.sessions.issue(purposeSession, sessionTTL)
+	token, sess := s.sessions.issueFor(purposeSession, sessionTTL, p.UserID, p.TokenID)
 	if _, ok := s.sessions.lookup(c.Request().Context(), sess.ID); !ok {
 		// Its row was not stored (the log says why): no replica would
 		// take the cookie, so say so here rather than loop to this page.
@@ -184,8 +260,29 @@ func (s *Server) login(c echo.Context) error {
 	}
 	s.setCookie(c, sessionCookie, token, sessionTTL)
 	s.clearCookie(c, loginCookie)
-	s.audit(c, "login", "", "")
+	c.Set(principalKey, p)
+	s.audit(c, "login", "", "role "+string(p.Role))
 	return c.Redirect(http.StatusSeeOther, f.Next)
+}
+
+// loginPrincipal is who a token given to the login form signs in as: the
+// admin token's owner, or a personal token's user (as their email, with
+// the token's role). ok is false for any other token.
+func (s *Server) loginPrincipal(ctx context.Context, token string) (principal, bool, error) {
+	if token == "" {
+		return principal{}, false, nil
+	}
+	if s.adminToken(token) {
+		return adminPrincipal, true, nil
+	}
+	t, u, err := s.cfg.Store.AuthenticateUserToken(ctx, token)
+	if errors.Is(err, store.ErrTokenRejected) {
+		return principal{}, false, nil
+	}
+	if err != nil {
+		return principal{}, false, err
+	}
+	return userPrincipal(u, &t), true, nil
 }
 
 // logout ends the session: the cookie is cleared and the session revoked.

@@ -150,7 +150,7 @@ func TestLoginAndLogout(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, entries, 2)
 		assert.Equal(t, "login", entries[0].Action)
-		assert.Equal(t, "admin", entries[0].Actor)
+		assert.Equal(t, "admin-token", entries[0].Actor)
 		assert.Equal(t, "192.0.2.10", entries[0].Address)
 		assert.Equal(t, "login.failed", entries[1].Action)
 
@@ -466,7 +466,7 @@ func TestAdminAPIFailuresAuditedInAggregate(t *testing.T) {
 		byTarget[e.Target] = e
 	}
 	flood := byTarget["192.0.2.10"]
-	assert.Equal(t, "api", flood.Actor)
+	assert.Equal(t, "anonymous", flood.Actor)
 	assert.Equal(t, "192.0.2.10", flood.Address)
 	assert.Equal(t, "1000 failed admin-token attempts since 2026-11-30T12:00:00Z (995 of them refused by the rate limit without a check)", flood.Detail)
 	assert.Equal(t, "3 failed admin-token attempts since 2026-11-30T12:00:00Z", byTarget["192.0.2.20"].Detail)

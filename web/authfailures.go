@@ -196,6 +196,6 @@ func (s *Server) auditAuthFailures(tallies []failureTally) {
 		if target == "" {
 			target = "other addresses"
 		}
-		s.auditAs(context.Background(), who{Actor: actorAPI, Address: t.addr}, "api.auth_failed", target, t.detail())
+		s.auditAs(context.Background(), who{Actor: actorAnonymous, Address: t.addr}, "api.auth_failed", target, t.detail())
 	}
 }

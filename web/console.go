@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,7 +25,9 @@ import (
 // message the previous action left.
 func (s *Server) frame(c echo.Context, nav, title string) ui.Frame {
 	sess, _ := c.Get(sessionKey).(session)
-	f := ui.Frame{Title: title, Nav: nav, Intro: nav, CSRF: s.sessions.csrf(purposeSession, sess)}
+	who := principalOf(c)
+	f := ui.Frame{Title: title, Nav: nav, Intro: nav, CSRF: s.sessions.csrf(purposeSession, sess), Who: who.Actor, Role: string(who.Role),
+		Person: who.UserID != ""}
 	if now, ok := c.Get(flashNowKey).(*ui.Flash); ok {
 		f.Flash = now
 	}
@@ -565,7 +568,7 @@ func (s *Server) renderSettings(c echo.Context, status int, prices *ui.PriceForm
 // auditActions are the actions the audit log records, for its filter.
 var auditActions = []string{"login", "login.failed", "logout", "binding.reset", "binding.pin", "account.create",
 	"account.import", "account.update", "account.delete", "account.pause", "account.resume", "key.create", "key.update", "key.revoke",
-	"prices.replace"}
+	"prices.replace", "user.create", "user.update", "user.delete", "token.create", "token.revoke"}
 
 func (s *Server) auditPage(c echo.Context) error {
 	q, err := parseAuditQuery(c)
@@ -581,12 +584,25 @@ func (s *Server) auditPage(c echo.Context) error {
 	for i, a := range auditActions {
 		actions[i] = ui.Option{Value: a, Label: a, Selected: a == q.Action}
 	}
+	// Who: the admin token and every person (a person's choice finds
+	// what they did through their tokens too), and whatever the query named.
+	users, err := s.cfg.Store.Users(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	actors := []string{actorAdminToken}
+	for _, u := range users {
+		actors = append(actors, u.Email)
+	}
+	if q.Actor != "" && !slices.Contains(actors, q.Actor) {
+		actors = append(actors, q.Actor)
+	}
 	p := ui.Audit{
-		Filter: ui.AuditFilter{Target: q.Target, Actors: choices(q.Actor, actorAdmin, actorAPI), Actions: actions},
+		Filter: ui.AuditFilter{Target: q.Target, Actors: choices(q.Actor, actors...), Actions: actions},
 		Pager:  pagerFor("/admin/audit", q.values(), q.page, len(entries), total),
 	}
 	for _, e := range entries {
-		p.Rows = append(p.Rows, ui.AuditRow{At: clock(now, e.At), AtFull: stamp(e.At), Actor: e.Actor, Address: e.Address,
+		p.Rows = append(p.Rows, ui.AuditRow{At: clock(now, e.At), AtFull: stamp(e.At), Actor: e.Actor, User: e.UserEmail, Address: e.Address,
 			Action: e.Action, Target: e.Target, Detail: e.Detail, Tone: auditTone(e.Action)})
 	}
 	return s.render(c, http.StatusOK, ui.AuditPage(s.frame(c, "audit", "Audit log"), p))

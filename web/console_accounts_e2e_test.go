@@ -139,7 +139,7 @@ func TestConsoleAccountsInABrowser(t *testing.T) {
 	count := map[string]int{}
 	for _, e := range entries {
 		count[e.Action]++
-		assert.Equal(t, "admin", e.Actor)
+		assert.Equal(t, "admin-token", e.Actor)
 	}
 	assert.Equal(t, map[string]int{"account.update": 2, "account.delete": 2, "account.resume": 2, "account.signin": 4}, count,
 		"every action audited once; the refused save is not")

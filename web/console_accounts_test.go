@@ -175,13 +175,14 @@ func TestConsoleEditAccount(t *testing.T) {
 		require.NoError(t, err)
 		var details []string
 		for _, e := range entries {
-			assert.Equal(t, "admin", e.Actor)
+			assert.Equal(t, "admin-token", e.Actor)
 			assert.Equal(t, "account:"+a.ID, e.Target)
 			assert.NotContains(t, e.Detail, proxyPassword)
 			details = append(details, e.Detail)
 		}
-		assert.Equal(t, []string{"changed tags, proxy_url", "changed label, tags, priority, max_concurrency, proxy_url"}, details,
-			"one entry a save that changed something, naming what")
+		assert.Equal(t, []string{`tags "green,red" → (none); proxy_url "socks5://bob:***@10.0.0.5:1080" → (none)`,
+			`label "team" → "team two"; tags "blue" → "green,red"; priority "3" → "-20"; max_concurrency "0" → "4"; proxy_url (none) → "socks5://bob:***@10.0.0.5:1080"`},
+			details, "one entry a save that changed something, naming what, before and after (the proxy without its password)")
 	})
 }
 
@@ -247,7 +248,7 @@ func TestConsoleRemoveAccount(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, entries, 1)
 		assert.Equal(t, "account:"+f.a.ID, entries[0].Target)
-		assert.Equal(t, "admin", entries[0].Actor)
+		assert.Equal(t, "admin-token", entries[0].Actor)
 
 		// The last account: the page says every request fails.
 		page = unescape(body(b.get("/admin/accounts/" + f.b.ID + "/remove")))

@@ -172,7 +172,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	entries, _, err := st.AuditLog(ctx, store.AuditFilter{Action: "binding.reset"})
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "one reset; the posts without their CSRF token reset nothing")
-	assert.Equal(t, "admin", entries[0].Actor)
+	assert.Equal(t, "admin-token", entries[0].Actor)
 	assert.Equal(t, "binding:"+before[0].ID, entries[0].Target)
 
 	pins, _, err := st.Bindings(ctx, store.BindingFilter{Kind: store.BindRawSession, SessionID: "e2e-pinned-session"})

@@ -139,7 +139,7 @@ func TestConsoleFirstRunInABrowser(t *testing.T) {
 	require.Len(t, keys, 1)
 	assert.Equal(t, result.KeyName, keys[0].Name)
 	assert.Equal(t, keys[0].ID, r.ClientKeyID, "Codex was served with the key created in the browser")
-	for action, actor := range map[string]string{"key.create": "admin", "account.create": "api"} {
+	for action, actor := range map[string]string{"key.create": "admin-token", "account.create": "admin-token"} {
 		entries, _, err := st.AuditLog(ctx, store.AuditFilter{Action: action})
 		require.NoError(t, err)
 		if assert.Len(t, entries, 1, action) {

@@ -76,7 +76,7 @@ func TestConsolePrices(t *testing.T) {
 		assert.False(t, cur.IsDefault())
 		assert.Equal(t, "https://example.com/ops", cur.Source)
 		assert.Equal(t, "2026-03-01", cur.AsOf)
-		assert.Equal(t, "admin", cur.CreatedBy)
+		assert.Equal(t, "admin-token", cur.CreatedBy)
 		assert.Equal(t, "gpt-5.1-codex", cur.FallbackModel)
 		assert.Equal(t, []pricing.Entry{
 			{Model: "gpt-5.1-codex", Tier: "default", Input: 1.5, CachedInput: 0.15, Output: 12},
@@ -85,7 +85,7 @@ func TestConsolePrices(t *testing.T) {
 		audits, _, err := s.AuditLog(ctx, store.AuditFilter{Action: "prices.replace"})
 		require.NoError(t, err)
 		require.Len(t, audits, 1)
-		assert.Equal(t, "admin", audits[0].Actor)
+		assert.Equal(t, "admin-token", audits[0].Actor)
 
 		page = body(b.get("/admin/settings"))
 		assert.Contains(t, page, "Saved the price table (2 entries)")

@@ -183,7 +183,7 @@ func TestConsoleResetsAndPins(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, entries, 4)
 		for _, e := range entries {
-			assert.Equal(t, "admin", e.Actor)
+			assert.Equal(t, "admin-token", e.Actor)
 			assert.Equal(t, "192.0.2.10", e.Address)
 		}
 		assert.Equal(t, "account:"+f.b.ID, entries[0].Target)
@@ -290,7 +290,7 @@ func TestConsoleAccounts(t *testing.T) {
 		var actions []string
 		for _, e := range entries {
 			actions = append(actions, e.Action)
-			assert.Equal(t, "admin", e.Actor)
+			assert.Equal(t, "admin-token", e.Actor)
 		}
 		assert.Equal(t, []string{"account.import", "account.import", "account.import", "account.resume", "account.pause", "account.create"}, actions)
 	})

@@ -383,6 +383,10 @@ func TestConsoleKeyPage(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, entries, 1)
 		assert.Equal(t, "key:"+f.laptop.ID, entries[0].Target)
+		for _, want := range []string{`→ "requests/minute=60,cost_usd/day=2.5"`, `model_aliases (none) → "fast=gpt-5.1-codex-mini"`,
+			`max_reasoning_effort (none) → "medium"`, `priority_tier (none) → "downgrade"`} {
+			assert.Contains(t, entries[0].Detail, want, "the audit says what changed, before and after")
+		}
 		page = body(b.get(path))
 		assert.Contains(t, page, "Saved the limits and policy of laptop &lt;dev&gt; &amp; co")
 		assert.Contains(t, page, "\nrequests/minute=60\ncost_usd/day=2.5\n</textarea>")

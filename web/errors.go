@@ -17,6 +17,7 @@ import (
 // cause that is logged: Code and Msg are shown, Err is not.
 type HTTPError struct {
 	Status int    // HTTP status
+	Type   string // the kind of refusal, e.g. "forbidden"; "" for none
 	Code   string // machine-readable code, e.g. "invalid_field"
 	Msg    string // shown to the client
 	Field  string // the offending input field, for 400s
@@ -44,6 +45,7 @@ type errorBody struct {
 }
 
 type errorDetail struct {
+	Type    string `json:"type,omitempty"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
@@ -81,6 +83,8 @@ func toHTTPError(err error) *HTTPError {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return &HTTPError{Status: http.StatusNotFound, Code: "not_found", Msg: "no such object", Err: err}
+	case errors.Is(err, store.ErrInvalid):
+		return &HTTPError{Status: http.StatusBadRequest, Code: "invalid_field", Msg: err.Error(), Err: err}
 	case errors.Is(err, store.ErrConflict):
 		return &HTTPError{Status: http.StatusConflict, Code: "conflict", Msg: "an object with that identity exists", Err: err}
 	}
@@ -137,7 +141,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 			return
 		}
 	}
-	_ = c.JSON(he.Status, errorBody{Error: errorDetail{Code: he.Code, Message: he.Msg, Field: he.Field}})
+	_ = c.JSON(he.Status, errorBody{Error: errorDetail{Type: he.Type, Code: he.Code, Message: he.Msg, Field: he.Field}})
 }
 
 func isConsole(path string) bool { return path == "/admin" || strings.HasPrefix(path, "/admin/") }

@@ -11,6 +11,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/codexrelay/codex-relay/internal/roles"
 	"github.com/codexrelay/codex-relay/web/ui"
 )
 
@@ -57,6 +58,10 @@ func (s *Server) live(c echo.Context) error {
 			return ui.DiagnosticsBody(p), err
 		}
 	case "signin":
+		// A sign-in's user code is the admin's, as its page is.
+		if err := checkRole(c, roles.Admin); err != nil {
+			return err
+		}
 		si, ok := s.signIns.get(c.QueryParam("id"))
 		if !ok {
 			return echo.ErrNotFound
@@ -121,6 +126,9 @@ func (s *Server) live(c echo.Context) error {
 		}
 		if !s.sessions.stillStands(ctx, sess) {
 			return nil // signed out, idle or expired: the browser's retry goes to the login page
+		}
+		if p, ok := s.sessionPrincipal(ctx, sess); !ok || p.Role != principalOf(c).Role {
+			return nil // its person disabled, or their token revoked, or their role changed
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/codexrelay/codex-relay/internal/roles"
 )
 
 // Request body limits: the admin API's JSON, and the console's forms (an
@@ -21,7 +23,17 @@ const (
 // after this is trickling bytes to hold a connection and its goroutine.
 const defaultBodyReadTimeout = 30 * time.Second
 
-// routes is the one place every route of the server is declared.
+// The roles of the route table: anyone marks the console's public routes
+// (the login page, the static files).
+const (
+	anyone   roles.Role = ""
+	viewer              = roles.Viewer
+	operator            = roles.Operator
+	admin               = roles.Admin
+)
+
+// routes is the one place every route of the server is declared, with the
+// role each route of the API and the console needs (handle).
 func (s *Server) routes() {
 	e := s.echo
 	e.Use(middleware.Recover())
@@ -34,82 +46,101 @@ func (s *Server) routes() {
 	// The bare address is where a newcomer's browser lands: the console.
 	e.Any("/", rootRedirect)
 
-	// The admin API: every route needs the admin bearer token.
-	api := e.Group("/api/v1", s.requireAdmin, limitBody(maxAPIBody))
-	api.GET("/openapi.json", s.openAPI)
-	api.GET("/accounts", s.listAccounts)
-	api.POST("/accounts", s.createAccount)
-	api.GET("/accounts/:id", s.getAccount)
-	api.PATCH("/accounts/:id", s.patchAccount)
-	api.DELETE("/accounts/:id", s.deleteAccount)
-	api.POST("/accounts/:id/pause", s.pauseAccount)
-	api.POST("/accounts/:id/probe", s.probeAccountAPI)
-	api.POST("/accounts/:id/resume", s.resumeAccount)
-	api.GET("/keys", s.listKeys)
-	api.POST("/keys", s.createKey)
-	api.GET("/keys/:id", s.getKey)
-	api.PATCH("/keys/:id", s.patchKey)
-	api.DELETE("/keys/:id", s.revokeKey)
-	api.GET("/bindings", s.listBindings)
-	api.POST("/bindings", s.createPin)
-	api.POST("/bindings/reset", s.resetBindingsAPI)
-	api.GET("/bindings/:id", s.getBinding)
-	api.DELETE("/bindings/:id", s.deleteBinding)
-	api.GET("/lanes", s.listLanes)
-	api.GET("/replicas", s.listReplicas)
-	api.GET("/diagnostics", s.listDiagnostics)
-	api.GET("/requests", s.listRequests)
-	api.GET("/usage", s.usage)
-	api.GET("/audit", s.listAudit)
-	api.GET("/prices", s.getPrices)
-	api.PUT("/prices", s.putPrices)
-	api.GET("/prices/history", s.priceHistory)
+	// The admin API: every route needs a bearer token, the admin token or a
+	// personal one, and the role its line names.
+	api := e.Group("/api/v1", s.requireBearer, limitBody(maxAPIBody))
+	s.handle(api, http.MethodGet, "/openapi.json", viewer, s.openAPI)
+	s.handle(api, http.MethodGet, "/accounts", viewer, s.listAccounts)
+	s.handle(api, http.MethodPost, "/accounts", admin, s.createAccount)
+	s.handle(api, http.MethodGet, "/accounts/:id", viewer, s.getAccount)
+	s.handle(api, http.MethodPatch, "/accounts/:id", admin, s.patchAccount)
+	s.handle(api, http.MethodDelete, "/accounts/:id", admin, s.deleteAccount)
+	s.handle(api, http.MethodPost, "/accounts/:id/pause", operator, s.pauseAccount)
+	s.handle(api, http.MethodPost, "/accounts/:id/probe", operator, s.probeAccountAPI)
+	s.handle(api, http.MethodPost, "/accounts/:id/resume", operator, s.resumeAccount)
+	s.handle(api, http.MethodGet, "/keys", viewer, s.listKeys)
+	s.handle(api, http.MethodPost, "/keys", operator, s.createKey)
+	s.handle(api, http.MethodGet, "/keys/:id", viewer, s.getKey)
+	s.handle(api, http.MethodPatch, "/keys/:id", operator, s.patchKey)
+	s.handle(api, http.MethodDelete, "/keys/:id", operator, s.revokeKey)
+	s.handle(api, http.MethodGet, "/bindings", viewer, s.listBindings)
+	s.handle(api, http.MethodPost, "/bindings", operator, s.createPin)
+	s.handle(api, http.MethodPost, "/bindings/reset", operator, s.resetBindingsAPI)
+	s.handle(api, http.MethodGet, "/bindings/:id", viewer, s.getBinding)
+	s.handle(api, http.MethodDelete, "/bindings/:id", operator, s.deleteBinding)
+	s.handle(api, http.MethodGet, "/lanes", viewer, s.listLanes)
+	s.handle(api, http.MethodGet, "/replicas", viewer, s.listReplicas)
+	s.handle(api, http.MethodGet, "/diagnostics", viewer, s.listDiagnostics)
+	s.handle(api, http.MethodGet, "/requests", viewer, s.listRequests)
+	s.handle(api, http.MethodGet, "/usage", viewer, s.usage) // format=csv, an export: operator
+	s.handle(api, http.MethodGet, "/audit", viewer, s.listAudit)
+	s.handle(api, http.MethodGet, "/prices", viewer, s.getPrices)
+	s.handle(api, http.MethodPut, "/prices", admin, s.putPrices)
+	s.handle(api, http.MethodGet, "/prices/history", viewer, s.priceHistory)
+	// People: anyone reads the list; a user's tokens are theirs to list,
+	// make and revoke (and any admin's): the handlers check whose they are.
+	s.handle(api, http.MethodGet, "/users", viewer, s.listUsers)
+	s.handle(api, http.MethodPost, "/users", admin, s.createUser)
+	s.handle(api, http.MethodPatch, "/users/:id", admin, s.patchUser)
+	s.handle(api, http.MethodDelete, "/users/:id", admin, s.deleteUser)
+	s.handle(api, http.MethodGet, "/users/:id/tokens", viewer, s.listUserTokens)
+	s.handle(api, http.MethodPost, "/users/:id/tokens", viewer, s.createUserToken)
+	s.handle(api, http.MethodDelete, "/users/:id/tokens/:token_id", viewer, s.revokeUserToken)
 	api.RouteNotFound("/*", func(c echo.Context) error { return echo.ErrNotFound })
 
 	// The console. Only the login page and the static files are public;
-	// every other page needs a session, and every write its CSRF token.
+	// every other page needs a session and its line's role, and every write
+	// its CSRF token. A sign-in's pages show its user code (admin), and so
+	// does its live view (live checks that topic's role itself).
 	// Forms are read before either check looks at them (readForm).
 	pub := e.Group("/admin", consoleHeaders, limitBody(maxConsoleBody), readForm)
-	pub.GET("/login", s.loginPage)
-	pub.POST("/login", s.login)
-	pub.GET("/static/*", s.static())
+	s.handle(pub, http.MethodGet, "/login", anyone, s.loginPage)
+	s.handle(pub, http.MethodPost, "/login", anyone, s.login)
+	s.handle(pub, http.MethodGet, "/static/*", anyone, s.static())
 
 	con := e.Group("/admin", consoleHeaders, limitBody(maxConsoleBody), s.requireSession, readForm, s.requireCSRF, s.noteSeen)
-	con.GET("", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/admin/") })
-	con.GET("/", s.overviewPage)
-	con.GET("/accounts", s.accountsPage)
-	con.POST("/accounts", s.consoleAddAccount)
-	con.POST("/accounts/import", s.consoleImportAccount)
-	con.POST("/accounts/signin", s.consoleStartSignIn)
-	con.GET("/accounts/signin/:id", s.signInPage)
-	con.POST("/accounts/signin/:id/cancel", s.consoleCancelSignIn)
-	con.GET("/accounts/:id", s.accountPage)
-	con.POST("/accounts/:id", s.consoleSaveAccount)
-	con.GET("/accounts/:id/remove", s.removeAccountPage)
-	con.POST("/accounts/:id/remove", s.consoleRemoveAccount)
-	con.POST("/accounts/:id/pause", s.consolePauseAccount)
-	con.POST("/accounts/:id/probe", s.consoleProbeAccount)
-	con.POST("/accounts/:id/resume", s.consoleResumeAccount)
-	con.GET("/bindings", s.bindingsPage)
-	con.POST("/bindings/reset", s.consoleResetBindings)
-	con.POST("/bindings/pin", s.consolePin)
-	con.GET("/lanes", s.lanesPage)
-	con.GET("/diagnostics", s.diagnosticsPage)
-	con.GET("/requests", s.requestsPage)
-	con.GET("/requests/:id", s.requestPage)
-	con.GET("/search", s.searchPage)
-	con.GET("/usage", s.usagePage)
-	con.GET("/usage.csv", s.usageCSV)
-	con.GET("/keys", s.keysPage)
-	con.POST("/keys", s.consoleCreateKey)
-	con.GET("/keys/:id", s.keyPage)
-	con.POST("/keys/:id", s.consoleUpdateKey)
-	con.POST("/keys/:id/revoke", s.consoleRevokeKey)
-	con.GET("/settings", s.settingsPage)
-	con.POST("/settings/prices", s.consoleSavePrices)
-	con.GET("/audit", s.auditPage)
-	con.GET("/live/:topic", s.live)
-	con.POST("/logout", s.logout)
+	s.handle(con, http.MethodGet, "", viewer, func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/admin/") })
+	s.handle(con, http.MethodGet, "/", viewer, s.overviewPage)
+	s.handle(con, http.MethodGet, "/accounts", viewer, s.accountsPage)
+	s.handle(con, http.MethodPost, "/accounts", admin, s.consoleAddAccount)
+	s.handle(con, http.MethodPost, "/accounts/import", admin, s.consoleImportAccount)
+	s.handle(con, http.MethodPost, "/accounts/signin", admin, s.consoleStartSignIn)
+	s.handle(con, http.MethodGet, "/accounts/signin/:id", admin, s.signInPage)
+	s.handle(con, http.MethodPost, "/accounts/signin/:id/cancel", admin, s.consoleCancelSignIn)
+	s.handle(con, http.MethodGet, "/accounts/:id", viewer, s.accountPage)
+	s.handle(con, http.MethodPost, "/accounts/:id", admin, s.consoleSaveAccount)
+	s.handle(con, http.MethodGet, "/accounts/:id/remove", admin, s.removeAccountPage)
+	s.handle(con, http.MethodPost, "/accounts/:id/remove", admin, s.consoleRemoveAccount)
+	s.handle(con, http.MethodPost, "/accounts/:id/pause", operator, s.consolePauseAccount)
+	s.handle(con, http.MethodPost, "/accounts/:id/probe", operator, s.consoleProbeAccount)
+	s.handle(con, http.MethodPost, "/accounts/:id/resume", operator, s.consoleResumeAccount)
+	s.handle(con, http.MethodGet, "/bindings", viewer, s.bindingsPage)
+	s.handle(con, http.MethodPost, "/bindings/reset", operator, s.consoleResetBindings)
+	s.handle(con, http.MethodPost, "/bindings/pin", operator, s.consolePin)
+	s.handle(con, http.MethodGet, "/lanes", viewer, s.lanesPage)
+	s.handle(con, http.MethodGet, "/diagnostics", viewer, s.diagnosticsPage)
+	s.handle(con, http.MethodGet, "/requests", viewer, s.requestsPage)
+	s.handle(con, http.MethodGet, "/requests/:id", viewer, s.requestPage)
+	s.handle(con, http.MethodGet, "/search", viewer, s.searchPage)
+	s.handle(con, http.MethodGet, "/usage", viewer, s.usagePage)
+	s.handle(con, http.MethodGet, "/usage.csv", operator, s.usageCSV)
+	s.handle(con, http.MethodGet, "/keys", viewer, s.keysPage)
+	s.handle(con, http.MethodPost, "/keys", operator, s.consoleCreateKey)
+	s.handle(con, http.MethodGet, "/keys/:id", viewer, s.keyPage)
+	s.handle(con, http.MethodPost, "/keys/:id", operator, s.consoleUpdateKey)
+	s.handle(con, http.MethodPost, "/keys/:id/revoke", operator, s.consoleRevokeKey)
+	s.handle(con, http.MethodGet, "/settings", viewer, s.settingsPage)
+	s.handle(con, http.MethodPost, "/settings/prices", admin, s.consoleSavePrices)
+	s.handle(con, http.MethodGet, "/audit", viewer, s.auditPage)
+	s.handle(con, http.MethodGet, "/people", admin, s.peoplePage)
+	s.handle(con, http.MethodPost, "/people", admin, s.consoleAddUser)
+	s.handle(con, http.MethodPost, "/people/:id", admin, s.consoleUpdateUser)
+	// One's own tokens, or (an admin) anyone's: the handlers check whose.
+	s.handle(con, http.MethodGet, "/tokens", viewer, s.tokensPage)
+	s.handle(con, http.MethodPost, "/tokens", viewer, s.consoleMakeToken)
+	s.handle(con, http.MethodPost, "/tokens/:id/revoke", viewer, s.consoleRevokeToken)
+	s.handle(con, http.MethodGet, "/live/:topic", viewer, s.live)
+	s.handle(con, http.MethodPost, "/logout", viewer, s.logout)
 	con.RouteNotFound("/*", func(c echo.Context) error { return echo.ErrNotFound })
 
 	if s.cfg.Client != nil {
@@ -117,6 +148,19 @@ func (s *Server) routes() {
 		e.Any(openAIRoute, echo.WrapHandler(s.cfg.Client))
 	}
 	s.metrics.setRoutes(e.Routes())
+}
+
+// handle adds a route to g needing the role need (anyone: none), checked
+// after g's own middleware (the session, the CSRF token), before the handler
+// runs, and records it in roleOf: a route of the API or the console added
+// any other way has no role, which TestEveryRouteDeclaresItsRole refuses.
+func (s *Server) handle(g *echo.Group, method, path string, need roles.Role, h echo.HandlerFunc) {
+	var mw []echo.MiddlewareFunc
+	if need != anyone {
+		mw = append(mw, requireRole(need))
+	}
+	r := g.Add(method, path, h, mw...)
+	s.roleOf[method+" "+r.Path] = need
 }
 
 // rootRedirect sends a GET or HEAD of exactly / to the console; any other

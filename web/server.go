@@ -10,15 +10,18 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/codexrelay/codex-relay/internal/ratelimit"
+	"github.com/codexrelay/codex-relay/internal/roles"
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
 )
@@ -120,6 +123,9 @@ type Server struct {
 	authFailures *authFailures
 	log          *slog.Logger
 	signIns      *signIns // the console's sign-ins; ended by Close
+	// roleOf is the route table's roles by "METHOD path" (handle); static
+	// after New.
+	roleOf map[string]roles.Role
 }
 
 // New builds the server and its routes.
@@ -168,6 +174,7 @@ func New(cfg Config) *Server {
 		limiter:     ratelimit.New(loginBurst, loginRefill, cfg.Now),
 		apiFailures: ratelimit.New(apiFailureBurst, apiFailureRefill, cfg.Now),
 		signIns:     newSignIns(),
+		roleOf:      map[string]roles.Role{},
 	}
 	s.authFailures = newAuthFailures(failureWindow, cfg.Now, s.auditAuthFailures)
 	e.HTTPErrorHandler = s.handleError
@@ -198,11 +205,13 @@ const (
 	apiFailureRefill = loginRefill
 )
 
-// requireAdmin admits API requests bearing the admin token; their actions
-// are audited as actor "api". A request bearing another token is a failed
-// attempt: counted against its address (apiFailures) and audited in
-// aggregate (authFailures); a request without any is refused uncounted.
-func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+// requireBearer admits API requests bearing the admin token (actor
+// admin-token, role admin) or a personal token that stands (read at every
+// request: a revoked token, or a disabled user's, is refused at its next).
+// A request bearing another token is a failed attempt: counted against its
+// address (apiFailures) and audited in aggregate (authFailures); a request
+// without any is refused uncounted.
+func (s *Server) requireBearer(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if token, ok := bearer(c.Request().Header.Get("Authorization")); ok {
 			addr := c.RealIP()
@@ -214,14 +223,26 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 					Msg: "too many failed admin-token attempts from your address: try again in " + strconv.Itoa(secs) + " s"}
 			}
 			if s.adminToken(token) {
-				c.Set(actorKey, actorAPI)
+				c.Set(principalKey, adminPrincipal)
 				return next(c)
+			}
+			if strings.HasPrefix(token, store.UserTokenPrefix) {
+				t, u, err := s.cfg.Store.AuthenticateUserToken(c.Request().Context(), token)
+				switch {
+				case err == nil:
+					s.seeUser(c.Request().Context(), u)
+					c.Set(principalKey, tokenPrincipal(t, u))
+					return next(c)
+				case !errors.Is(err, store.ErrTokenRejected):
+					return err // the store did not answer: not the client's failure
+				}
 			}
 			s.apiFailures.Take(addr)
 			s.authFailures.add(addr, false)
 		}
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="codex-relay admin"`)
-		return &HTTPError{Status: http.StatusUnauthorized, Code: "unauthorized", Msg: "admin token required (Authorization: Bearer <CODEX_RELAY_ADMIN_TOKEN>)"}
+		return &HTTPError{Status: http.StatusUnauthorized, Code: "unauthorized",
+			Msg: "admin token required, or a personal token that stands (not revoked or expired, its user not disabled): Authorization: Bearer <token>"}
 	}
 }
 

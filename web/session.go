@@ -65,6 +65,9 @@ type session struct {
 	ID      string
 	Expires time.Time
 	Seen    time.Time
+	// UserID and TokenID name who signed in, and with which personal
+	// token; both "" for the admin token.
+	UserID, TokenID string
 }
 
 // sessions signs and verifies console tokens and keeps the console
@@ -108,21 +111,28 @@ func (ss *sessions) mac(parts ...string) string {
 }
 
 // issue returns a new token for purpose, valid for ttl, and its session;
-// a console session's row is stored with it. The token is
-// "v1.<id>.<expiry unix>.<mac>".
+// a console session's row is stored with it, signed in with the admin
+// token. The token is "v1.<id>.<expiry unix>.<mac>".
 func (ss *sessions) issue(purpose string, ttl time.Duration) (string, session) {
+	return ss.issueFor(purpose, ttl, "", "")
+}
+
+// issueFor is issue for a console session of a user signed in with a
+// personal token (both "": the admin token).
+func (ss *sessions) issueFor(purpose string, ttl time.Duration, userID, tokenID string) (string, session) {
 	var raw [18]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		panic("crypto/rand failed: " + err.Error())
 	}
 	now := ss.now()
-	s := session{ID: b64.EncodeToString(raw[:]), Expires: now.Add(ttl).Truncate(time.Second)}
+	s := session{ID: b64.EncodeToString(raw[:]), Expires: now.Add(ttl).Truncate(time.Second), UserID: userID, TokenID: tokenID}
 	exp := strconv.FormatInt(s.Expires.Unix(), 10)
 	if purpose == purposeSession && ss.store != nil {
 		s.Seen = now
 		ctx, cancel := context.WithTimeout(context.Background(), sessionStoreTimeout)
 		defer cancel()
-		if err := ss.store.CreateConsoleSession(ctx, store.ConsoleSession{ID: s.ID, Created: now, Seen: now, Expires: s.Expires}); err != nil {
+		if err := ss.store.CreateConsoleSession(ctx, store.ConsoleSession{ID: s.ID, UserID: userID, TokenID: tokenID,
+			Created: now, Seen: now, Expires: s.Expires}); err != nil {
 			// Its cookie names no row, so the session does not stand:
 			// the operator is sent back to the login page.
 			ss.log.Error("console sign-in: the session could not be stored", "err", err)
@@ -174,7 +184,7 @@ func (ss *sessions) lookup(ctx context.Context, id string) (session, bool) {
 	if !stands(cs, ss.now()) {
 		return session{}, false
 	}
-	return session{ID: cs.ID, Expires: cs.Expires, Seen: cs.Seen}, true
+	return session{ID: cs.ID, Expires: cs.Expires, Seen: cs.Seen, UserID: cs.UserID, TokenID: cs.TokenID}, true
 }
 
 // stands reports whether a console session admits a request at now: not

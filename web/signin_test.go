@@ -138,7 +138,7 @@ func TestConsoleSignIn(t *testing.T) {
 		require.NoError(t, err)
 		var got []string
 		for _, e := range entries {
-			assert.Equal(t, "admin", e.Actor)
+			assert.Equal(t, "admin-token", e.Actor)
 			assert.Equal(t, "192.0.2.10", e.Address, "the address of the request that started it")
 			got = append(got, e.Action+" "+strings.SplitN(e.Target, ":", 2)[0]+" "+e.Detail)
 		}

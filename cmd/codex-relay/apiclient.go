@@ -17,10 +17,11 @@ import (
 // defaultRelayURL is where the admin commands find the relay.
 const defaultRelayURL = "http://127.0.0.1:2455"
 
-// apiClient calls the relay's admin REST API (/api/v1) with the admin token.
+// apiClient calls the relay's admin REST API (/api/v1) with a personal
+// token or the admin token.
 type apiClient struct {
 	base  string // the relay's base URL, without a trailing slash
-	token string // CODEX_RELAY_ADMIN_TOKEN; never a flag
+	token string // CODEX_RELAY_API_TOKEN, else CODEX_RELAY_ADMIN_TOKEN; never a flag
 	hc    *http.Client
 }
 
@@ -59,9 +60,14 @@ func newAPIClient(c cli, rawURL string) (*apiClient, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("-url: want the relay's base URL such as %s, got %q", defaultRelayURL, rawURL)
 	}
-	token := strings.TrimSpace(c.getenv("CODEX_RELAY_ADMIN_TOKEN"))
+	// A person's own token first: what they do is audited as them, with
+	// their role. The admin token is the break-glass owner's.
+	token := strings.TrimSpace(c.getenv("CODEX_RELAY_API_TOKEN"))
 	if token == "" {
-		return nil, errors.New("CODEX_RELAY_ADMIN_TOKEN is not set: export the relay's admin token (printed at its first start, or the one you configured)")
+		token = strings.TrimSpace(c.getenv("CODEX_RELAY_ADMIN_TOKEN"))
+	}
+	if token == "" {
+		return nil, errors.New("CODEX_RELAY_ADMIN_TOKEN is not set, nor CODEX_RELAY_API_TOKEN: export a personal token of yours (crp_…) as CODEX_RELAY_API_TOKEN, or the relay's admin token (printed at its first start, or the one you configured)")
 	}
 	return &apiClient{base: strings.TrimRight(u.String(), "/"), token: token, hc: &http.Client{Timeout: time.Minute}}, nil
 }
@@ -171,7 +177,9 @@ func runSubcommand(ctx context.Context, c cli, command, purpose string, subs map
 // adminEnvNote is the part of every admin command's help about secrets.
 const adminEnvNote = `
 Environment only (secrets are never flags):
-  CODEX_RELAY_ADMIN_TOKEN   the relay's admin token, sent as Authorization: Bearer
+  CODEX_RELAY_API_TOKEN     a personal token (crp_…), sent as Authorization: Bearer;
+                            the command acts as its user, with its role
+  CODEX_RELAY_ADMIN_TOKEN   the relay's admin token, when CODEX_RELAY_API_TOKEN is unset
 `
 
 // newVerbFlagSet returns the flag set of one verb, whose -help shows its

@@ -87,7 +87,7 @@ func TestBindingsCommand(t *testing.T) {
 		entries, _, err := s.AuditLog(ctx, store.AuditFilter{Action: "binding.reset"})
 		require.NoError(t, err)
 		require.Len(t, entries, 4)
-		assert.Equal(t, "api", entries[0].Actor, "the command acts through the API")
+		assert.Equal(t, "admin-token", entries[0].Actor, "the command acts with the admin token")
 		assert.Equal(t, "thread:t1", entries[3].Target)
 	})
 }

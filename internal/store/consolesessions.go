@@ -13,9 +13,11 @@ import (
 // limits); the store keeps them.
 type ConsoleSession struct {
 	ID string
-	// UserID names who signed in; "" is the admin token (the console has no
-	// users yet: issue 35).
-	UserID  string
+	// UserID names who signed in; "" is the admin token.
+	UserID string
+	// TokenID names the personal token the user signed in with, whose role
+	// the session acts with and whose revocation ends it; "" for none.
+	TokenID string
 	Created time.Time
 	// Seen is the session's last page or form, as last written: callers
 	// write it at most once a minute, so it may lag by that much.
@@ -27,6 +29,7 @@ type ConsoleSession struct {
 type consoleSessionRow struct {
 	ID      string         `db:"id"`
 	UserID  sql.NullString `db:"user_id"`
+	TokenID sql.NullString `db:"token_id"`
 	Created int64          `db:"created_at"`
 	Seen    int64          `db:"seen_at"`
 	Expires int64          `db:"expires_at"`
@@ -34,7 +37,7 @@ type consoleSessionRow struct {
 }
 
 func (r consoleSessionRow) session() ConsoleSession {
-	return ConsoleSession{ID: r.ID, UserID: r.UserID.String, Created: time.UnixMilli(r.Created).UTC(),
+	return ConsoleSession{ID: r.ID, UserID: r.UserID.String, TokenID: r.TokenID.String, Created: time.UnixMilli(r.Created).UTC(),
 		Seen: time.UnixMilli(r.Seen).UTC(), Expires: time.UnixMilli(r.Expires).UTC(), Revoked: fromMillis(r.Revoked)}
 }
 
@@ -45,8 +48,9 @@ func (s *Store) CreateConsoleSession(ctx context.Context, cs ConsoleSession) err
 		return errors.New("create console session: an id and an expiry are required")
 	}
 	user := sql.NullString{String: cs.UserID, Valid: cs.UserID != ""}
-	_, err := s.exec(ctx, `INSERT INTO console_sessions (id, user_id, created_at, seen_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
-		cs.ID, user, cs.Created.UnixMilli(), cs.Seen.UnixMilli(), cs.Expires.UnixMilli())
+	token := sql.NullString{String: cs.TokenID, Valid: cs.TokenID != ""}
+	_, err := s.exec(ctx, `INSERT INTO console_sessions (id, user_id, token_id, created_at, seen_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		cs.ID, user, token, cs.Created.UnixMilli(), cs.Seen.UnixMilli(), cs.Expires.UnixMilli())
 	if isUniqueViolation(err) {
 		return fmt.Errorf("create console session: %w", ErrConflict)
 	}
@@ -60,7 +64,7 @@ func (s *Store) CreateConsoleSession(ctx context.Context, cs ConsoleSession) err
 // never created, or swept).
 func (s *Store) ConsoleSession(ctx context.Context, id string) (ConsoleSession, error) {
 	var r consoleSessionRow
-	err := s.get(ctx, &r, `SELECT id, user_id, created_at, seen_at, expires_at, revoked_at FROM console_sessions WHERE id = ?`, id)
+	err := s.get(ctx, &r, `SELECT id, user_id, token_id, created_at, seen_at, expires_at, revoked_at FROM console_sessions WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ConsoleSession{}, fmt.Errorf("console session: %w", ErrNotFound)
 	}

@@ -77,7 +77,7 @@ func (s *Store) PriceTable(ctx context.Context) (pricing.Table, error) {
 
 // SavePriceTable stores t, after t.Validate (whose error, a
 // *pricing.FieldError, is returned as is), as the new current table, saved
-// by by (the actor, e.g. "admin" or "api"). It returns the table as
+// by by (the actor, e.g. "admin-token" or a user's email). It returns the table as
 // stored: a new ID, the creation time, and copies of the entries. Stored
 // tables are never changed or deleted: each request's cost was worked out
 // when it settled and stays in its row. A table saved in the same

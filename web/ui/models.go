@@ -4,6 +4,8 @@
 // is escaped by templ; components never see store types.
 package ui
 
+import "github.com/codexrelay/codex-relay/internal/roles"
+
 // Frame is what every console page shares: its title, the active entry of
 // the navigation, the session's CSRF token for its forms, and a one-time
 // message from the previous action. Intro names the page whose one-line
@@ -16,7 +18,21 @@ type Frame struct {
 	Search string
 	CSRF   string
 	Flash  *Flash
+	// Who is signed in (an email, or admin-token) and Role theirs: pages
+	// show only the actions the role may take (the server refuses the rest).
+	Who, Role string
+	// Person is set when a person is signed in (not the admin token): they
+	// have tokens of their own.
+	Person bool
 }
+
+// Operates reports whether the signed-in role acts on traffic (operator or
+// admin): binding resets, pins, pauses, client keys, usage exports.
+func (f Frame) Operates() bool { return roles.Role(f.Role).Covers(roles.Operator) }
+
+// Administers reports whether the signed-in role is admin: accounts,
+// people, settings, prices.
+func (f Frame) Administers() bool { return roles.Role(f.Role).Covers(roles.Admin) }
 
 // Flash is a one-time message; Kind is "ok" or "error".
 type Flash struct {
@@ -377,4 +393,38 @@ type AuditFilter struct {
 // AuditRow is one admin action.
 type AuditRow struct {
 	At, AtFull, Actor, Address, Action, Target, Detail, Tone string
+	User                                                     string // the person behind a token:<name> actor
+}
+
+// People is the people page.
+type People struct {
+	Users []PersonRow
+	Form  PersonForm
+}
+
+// PersonRow is one person.
+type PersonRow struct {
+	ID, Email, Name, Role, State, Tone, LastSeen, Created string
+	Disabled                                              bool
+	Roles                                                 []Option // the role choice, theirs selected
+}
+
+// PersonForm is the add-a-person form as typed.
+type PersonForm struct {
+	Email, Name string
+	Roles       []Option
+}
+
+// Tokens is a person's tokens page; UserID "" is the admin token's.
+type Tokens struct {
+	UserID, Email, Role string
+	Tokens              []TokenRow
+	Roles               []Option // the new token's role: theirs, or narrower
+	Created             *CreatedKey
+}
+
+// TokenRow is one personal token, never its secret.
+type TokenRow struct {
+	ID, Name, Prefix, Role, State, Tone, Expires, LastUsed, Created string
+	Revoked                                                         bool
 }

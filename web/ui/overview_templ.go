@@ -403,7 +403,7 @@ func OverviewBody(o Overview) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = accountTable(o.Accounts, "", false).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = accountTable(o.Accounts, "", false, false).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -62,5 +62,6 @@ var nav = []struct{ Key, Label, URL string }{
 	{"usage", "Usage", "/admin/usage"},
 	{"keys", "Client keys", "/admin/keys"},
 	{"audit", "Audit log", "/admin/audit"},
+	{"people", "People", "/admin/people"},
 	{"settings", "Settings", "/admin/settings"},
 }

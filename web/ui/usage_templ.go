@@ -364,7 +364,7 @@ func UsagePage(f Frame, p UsageReport) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			if len(p.Downloads) > 0 {
+			if len(p.Downloads) > 0 && f.Operates() {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 23, "<p class=\"downloads\"><a class=\"download-csv\" href=\"")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
