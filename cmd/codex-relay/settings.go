@@ -73,6 +73,7 @@ var settings = []setting{
 	{envPrefix + "LOG_LEVEL", notSecret},
 	// the admin commands (accounts, keys, bindings, usage)
 	{envPrefix + "URL", notSecret},
+	{envPrefix + "API_TOKEN", secret}, // a person's token, before the admin token
 	{envPrefix + "ACCOUNT_PROXY_URL", secretWithPassword},
 	{envPrefix + "ACCOUNT_API_KEY", secret},
 	{envPrefix + "ACCOUNT_ACCESS_TOKEN", secret},
