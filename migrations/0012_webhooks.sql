@@ -18,13 +18,16 @@ CREATE TABLE webhooks (
 -- an account, a key's window and threshold, the pool) stands now, as the
 -- replicas agreed. A change is written with the version it was read at, so
 -- of two replicas seeing the same change one writes it and records its
--- event. quiet marks a condition that came back within the quiet period of
+-- event. subject and data are the condition's last fired event's (JSON),
+-- for the event that clears it. quiet marks a condition that came back within the quiet period of
 -- its last event: it stands, but neither it nor its clearing is sent.
 CREATE TABLE alert_states (
     type         TEXT NOT NULL,
     subject_key  TEXT NOT NULL,
     firing       INTEGER NOT NULL,
     quiet        INTEGER NOT NULL DEFAULT 0,
+    subject      TEXT NOT NULL DEFAULT '{}',
+    data         TEXT NOT NULL DEFAULT '{}',
     changed_at   BIGINT NOT NULL,
     fired_at     BIGINT,
     version      BIGINT NOT NULL,

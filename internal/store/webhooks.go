@@ -148,7 +148,11 @@ type AlertState struct {
 	Quiet     bool
 	ChangedAt time.Time
 	FiredAt   time.Time // its last fired event; zero: none yet
-	Version   int64
+	// Subject and Data are the condition's (JSON objects), kept for the
+	// event that clears it.
+	Subject json.RawMessage
+	Data    json.RawMessage
+	Version int64
 }
 
 type alertStateRow struct {
@@ -158,19 +162,22 @@ type alertStateRow struct {
 	Quiet      int    `db:"quiet"`
 	ChangedAt  int64  `db:"changed_at"`
 	FiredAt    *int64 `db:"fired_at"`
+	Subject    string `db:"subject"`
+	Data       string `db:"data"`
 	Version    int64  `db:"version"`
 }
 
 // AlertStates reads the state of every condition ever seen.
 func (s *Store) AlertStates(ctx context.Context) ([]AlertState, error) {
 	var rows []alertStateRow
-	if err := s.selectAll(ctx, &rows, `SELECT type, subject_key, firing, quiet, changed_at, fired_at, version FROM alert_states ORDER BY type, subject_key`); err != nil {
+	if err := s.selectAll(ctx, &rows, `SELECT type, subject_key, firing, quiet, changed_at, fired_at, subject, data, version FROM alert_states ORDER BY type, subject_key`); err != nil {
 		return nil, fmt.Errorf("read alert states: %w", err)
 	}
 	out := make([]AlertState, len(rows))
 	for i, r := range rows {
 		out[i] = AlertState{Type: r.Type, SubjectKey: r.SubjectKey, Firing: r.Firing != 0, Quiet: r.Quiet != 0,
-			ChangedAt: time.UnixMilli(r.ChangedAt).UTC(), FiredAt: fromMillis(r.FiredAt), Version: r.Version}
+			ChangedAt: time.UnixMilli(r.ChangedAt).UTC(), FiredAt: fromMillis(r.FiredAt),
+			Subject: json.RawMessage(r.Subject), Data: json.RawMessage(r.Data), Version: r.Version}
 	}
 	return out, nil
 }
@@ -198,14 +205,15 @@ func (s *Store) TransitionAlert(ctx context.Context, prev int64, next AlertState
 		var res sql.Result
 		var err error
 		now := s.now().UnixMilli()
+		subject, data := jsonObject(next.Subject), jsonObject(next.Data)
 		if prev == 0 {
-			res, err = tx.ExecContext(ctx, s.q(`INSERT INTO alert_states (type, subject_key, firing, quiet, changed_at, fired_at, version)
-				VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (type, subject_key) DO NOTHING`),
-				next.Type, next.SubjectKey, flag(next.Firing), flag(next.Quiet), now, millis(next.FiredAt))
+			res, err = tx.ExecContext(ctx, s.q(`INSERT INTO alert_states (type, subject_key, firing, quiet, changed_at, fired_at, subject, data, version)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT (type, subject_key) DO NOTHING`),
+				next.Type, next.SubjectKey, flag(next.Firing), flag(next.Quiet), now, millis(next.FiredAt), subject, data)
 		} else {
-			res, err = tx.ExecContext(ctx, s.q(`UPDATE alert_states SET firing = ?, quiet = ?, changed_at = ?, fired_at = ?, version = version + 1
+			res, err = tx.ExecContext(ctx, s.q(`UPDATE alert_states SET firing = ?, quiet = ?, changed_at = ?, fired_at = ?, subject = ?, data = ?, version = version + 1
 				WHERE type = ? AND subject_key = ? AND version = ?`),
-				flag(next.Firing), flag(next.Quiet), now, millis(next.FiredAt), next.Type, next.SubjectKey, prev)
+				flag(next.Firing), flag(next.Quiet), now, millis(next.FiredAt), subject, data, next.Type, next.SubjectKey, prev)
 		}
 		if err != nil {
 			return err
@@ -424,6 +432,14 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "")
+}
+
+// jsonObject is a JSON object column's text: {} for none.
+func jsonObject(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "{}"
+	}
+	return string(raw)
 }
 
 // flag is a boolean as the schema's INTEGER 0/1.

@@ -62,7 +62,7 @@ func TestAlertTransitionsAndClaims(t *testing.T) {
 		_, err = s.CreateWebhook(ctx, store.Webhook{URL: "http://127.0.0.1:9/c", Events: []string{"account.needs_login"}, Format: "json", Disabled: true}, "c")
 		require.NoError(t, err)
 
-		next := store.AlertState{Type: "account.needs_login", SubjectKey: "acc_1", Firing: true, FiredAt: clk.Now()}
+		next := store.AlertState{Type: "account.needs_login", SubjectKey: "acc_1", Firing: true, FiredAt: clk.Now(), Subject: json.RawMessage(`{"account_id":"acc_1"}`)}
 		ev := event("evt_1", "account.needs_login", clk.Now())
 		won, err := s.TransitionAlert(ctx, 0, next, &ev)
 		require.NoError(t, err)
@@ -77,6 +77,8 @@ func TestAlertTransitionsAndClaims(t *testing.T) {
 		require.Len(t, states, 1)
 		assert.True(t, states[0].Firing)
 		assert.EqualValues(t, 1, states[0].Version)
+		assert.JSONEq(t, `{"account_id":"acc_1"}`, string(states[0].Subject))
+		assert.JSONEq(t, `{}`, string(states[0].Data))
 
 		c1, err := s.ClaimDeliveries(ctx, "r1", time.Minute, 10)
 		require.NoError(t, err)
