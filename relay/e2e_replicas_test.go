@@ -114,7 +114,7 @@ func startReplicaWith(t *testing.T, dbURL, name string, o replicaOptions) *repli
 	}
 	rl = relay.New(relay.Config{Store: st, Logger: logger.With("replica", name),
 		Replica: relay.ReplicaConfig{Name: name, Heartbeat: o.heartbeat, Address: srv.URL, HopKey: []byte("test hop key, shared by replicas")},
-		Alerts: o.alerts})
+		Alerts:  o.alerts})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { rl.Run(ctx) })
