@@ -110,6 +110,7 @@ func (s *Server) routes() {
 	con.GET("/audit", s.auditPage)
 	con.GET("/live/:topic", s.live)
 	con.POST("/logout", s.logout)
+	s.webhookRoutes(api, con)
 	con.RouteNotFound("/*", func(c echo.Context) error { return echo.ErrNotFound })
 
 	if s.cfg.Client != nil {

@@ -99,6 +99,7 @@ func (d *Deliverer) Kick() {
 
 // Run sends due deliveries until ctx ends, waiting for the tries under way.
 func (d *Deliverer) Run(ctx context.Context) {
+	defer d.client.CloseIdleConnections()
 	t := time.NewTicker(d.cfg.Poll)
 	defer t.Stop()
 	for {
