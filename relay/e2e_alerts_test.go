@@ -262,3 +262,38 @@ func TestAlertReplicasDeliverOnce(t *testing.T) {
 	}
 	assert.EqualValues(t, 2, rcv.calls.Load())
 }
+
+// An account whose attempts of the last five minutes mostly failed fires
+// upstream.errors; once those attempts are older than the window, it
+// clears.
+func TestAlertUpstreamErrors(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t)
+	clk := newTestClock(time.Now())
+	h := newHarnessWith(t, func(_ *harness, c *relay.Config) { c.Now = clk.Now; c.Alerts = fastAlerts() }, simAccount("a1", "org-a"))
+	ctx := context.Background()
+	addWebhook(t, h.store, rcv.srv.URL, "s", alert.UpstreamErrors)
+	runRelay(t, h.relay)
+
+	var atts []store.Attempt
+	for i := range 12 {
+		class := "server"
+		if i%4 == 0 {
+			class = "ok"
+		}
+		at := clk.Now().Add(-time.Duration(i) * time.Second)
+		atts = append(atts, store.Attempt{RequestID: fmt.Sprint("req_", i), AccountID: h.ids["a1"], Class: class, StartedAt: at, EndedAt: at})
+	}
+	require.NoError(t, h.store.RecordAttempts(ctx, atts))
+	d := rcv.next(t)
+	assert.Equal(t, alert.UpstreamErrors, d.event.Type)
+	assert.Equal(t, alert.Fired, d.event.Data["state"])
+	assert.Equal(t, h.ids["a1"], d.event.Subject["account_id"])
+	assert.EqualValues(t, 9, d.event.Data["failed"])
+	assert.EqualValues(t, 12, d.event.Data["attempts"])
+
+	clk.Add(alert.ErrorWindow + time.Second)
+	d = rcv.next(t)
+	assert.Equal(t, alert.UpstreamErrors, d.event.Type)
+	assert.Equal(t, alert.Cleared, d.event.Data["state"])
+}

@@ -424,8 +424,8 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // housekeep sweeps idle continuity entries and deletes expired bindings,
-// request records past their retention, stale lane leases and console
-// sessions past their absolute end.
+// request records and finished webhook deliveries past their retention,
+// stale lane leases and console sessions past their absolute end.
 func (s *Server) housekeep(ctx context.Context) {
 	s.conts.Sweep()
 	if _, err := s.cfg.Store.DeleteExpiredBindings(ctx); err != nil && ctx.Err() == nil {
@@ -435,6 +435,9 @@ func (s *Server) housekeep(ctx context.Context) {
 	if s.cfg.Retention > 0 {
 		if _, err := s.cfg.Store.DeleteRecordsBefore(ctx, now.Add(-s.cfg.Retention), 10); err != nil && ctx.Err() == nil {
 			s.log.Warn("delete old request records", "err", err)
+		}
+		if _, err := s.cfg.Store.DeleteAlertHistoryBefore(ctx, now.Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+			s.log.Warn("delete old webhook deliveries", "err", err)
 		}
 	}
 	if _, err := s.cfg.Store.DeleteStaleReservations(ctx, s.cfg.Replica.ID, s.ReplicaLiveSince()); err != nil && ctx.Err() == nil {

@@ -18,6 +18,10 @@ type Options struct {
 	Interval, Poll time.Duration
 	// Quiet is the quiet period of a condition (default DefaultQuiet).
 	Quiet time.Duration
+	// ErrorShare and ErrorMinAttempts set when upstream.errors stands
+	// (defaults DefaultErrorShare, DefaultErrorMinAttempts).
+	ErrorShare       float64
+	ErrorMinAttempts int
 	// Schedule is the wait before each retry (default DefaultSchedule);
 	// Timeout bounds one try (default 10s).
 	Schedule []time.Duration
@@ -52,6 +56,7 @@ func New(cfg Config, o Options) *Loops {
 	d := NewDeliverer(DelivererConfig{Store: cfg.Store, Replica: cfg.Replica, Proxy: cfg.Proxy, Transport: o.Transport, Self: o.Self,
 		Schedule: o.Schedule, Poll: o.Poll, Timeout: o.Timeout, Now: cfg.Now, Logger: cfg.Logger})
 	w := NewWatcher(WatcherConfig{Store: cfg.Store, Interval: o.Interval, Quiet: o.Quiet, Now: cfg.Now, Budget: cfg.Budget,
+		ErrorShare: o.ErrorShare, ErrorMinAttempts: o.ErrorMinAttempts,
 		Recorded: d.Kick, Logger: cfg.Logger})
 	return &Loops{Watcher: w, Deliverer: d}
 }

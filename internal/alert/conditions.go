@@ -204,3 +204,69 @@ func keyName(k store.ClientKey) string {
 	}
 	return k.ID
 }
+
+// ErrorWindow is the span upstream.errors counts an account's attempts
+// over.
+const ErrorWindow = 5 * time.Minute
+
+// The defaults of upstream.errors: an account whose attempts of the last
+// ErrorWindow failed at DefaultErrorShare or more, out of at least
+// DefaultErrorMinAttempts (a couple of failures on a quiet account is no
+// alert).
+const (
+	DefaultErrorShare       = 0.5
+	DefaultErrorMinAttempts = 10
+)
+
+// upstreamFailures are the attempt classes that are the upstream's
+// failing (relay/classify.go's names): errors, no answer, cut or stalled
+// streams, failed responses, refused credentials. Usage limits are
+// account.exhausted's; a client going away or a refused request is no
+// upstream's fault.
+var upstreamFailures = map[string]bool{
+	"server": true, "transport": true, "stream_cut": true, "stall": true, "failed": true,
+	"auth": true, "forbidden": true, "billing": true,
+}
+
+// ErrorConditions are the accounts whose share of failed attempts over
+// the counts (of ErrorWindow) is at or above share, out of at least
+// minAttempts.
+func ErrorConditions(accts []store.Account, counts []store.AttemptCount, share float64, minAttempts int) []Condition {
+	type tally struct {
+		total, failed int
+		classes       map[string]int
+	}
+	by := map[string]*tally{}
+	var order []string
+	for _, c := range counts {
+		t := by[c.AccountID]
+		if t == nil {
+			t = &tally{classes: map[string]int{}}
+			by[c.AccountID] = t
+			order = append(order, c.AccountID)
+		}
+		t.total += c.N
+		if upstreamFailures[c.Class] {
+			t.failed += c.N
+			t.classes[c.Class] += c.N
+		}
+	}
+	known := map[string]store.Account{}
+	for _, a := range accts {
+		known[a.ID] = a
+	}
+	var out []Condition
+	for _, id := range order {
+		t := by[id]
+		a, ok := known[id]
+		if !ok || t.total < minAttempts || float64(t.failed) < share*float64(t.total) {
+			continue
+		}
+		got := float64(t.failed) / float64(t.total)
+		out = append(out, Condition{Type: UpstreamErrors, Key: id, Subject: accountSubject(a), Data: map[string]any{
+			"window": ErrorWindow.String(), "attempts": t.total, "failed": t.failed, "share": got, "threshold": share, "classes": t.classes,
+			"message": fmt.Sprintf("Account %s failed %d of its %d attempts in the last %s (%.0f%%).", name(a), t.failed, t.total, ErrorWindow, got*100),
+		}})
+	}
+	return out
+}

@@ -17,6 +17,7 @@ const (
 	AccountExhausted  = "account.exhausted"
 	PoolExhausted     = "pool.exhausted"
 	KeyLimitThreshold = "key.limit_threshold"
+	UpstreamErrors    = "upstream.errors"
 	// Test is the event of the "send a test event" button; no webhook
 	// asks for it, it is sent to the one it was asked for.
 	Test = "webhook.test"
@@ -24,7 +25,7 @@ const (
 
 // Types are the event types a webhook may ask for, in the order the
 // console lists them.
-var Types = []string{AccountNeedsLogin, AccountExhausted, PoolExhausted, KeyLimitThreshold}
+var Types = []string{AccountNeedsLogin, AccountExhausted, PoolExhausted, KeyLimitThreshold, UpstreamErrors}
 
 // KnownType reports whether a webhook may ask for typ.
 func KnownType(typ string) bool { return slices.Contains(Types, typ) }

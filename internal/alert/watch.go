@@ -23,6 +23,11 @@ type WatcherConfig struct {
 	// replica's view of the reservations in flight); nil leaves keys'
 	// limits unwatched.
 	Budget func(context.Context, store.ClientKey) ([]store.LimitUse, error)
+	// ErrorShare and ErrorMinAttempts set when upstream.errors stands
+	// (see ErrorConditions); defaults DefaultErrorShare and
+	// DefaultErrorMinAttempts.
+	ErrorShare       float64
+	ErrorMinAttempts int
 	// Recorded is called after a check recorded an event (the
 	// Deliverer's Kick, so it is sent at once); nil: nothing.
 	Recorded func()
@@ -52,6 +57,12 @@ func NewWatcher(cfg WatcherConfig) *Watcher {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ErrorShare <= 0 {
+		cfg.ErrorShare = DefaultErrorShare
+	}
+	if cfg.ErrorMinAttempts <= 0 {
+		cfg.ErrorMinAttempts = DefaultErrorMinAttempts
 	}
 	return &Watcher{cfg: cfg}
 }
@@ -84,6 +95,11 @@ func (w *Watcher) Check(ctx context.Context) error {
 		return err
 	}
 	conds := AccountConditions(accts, keys, now)
+	counts, err := w.cfg.Store.AttemptCounts(ctx, now.Add(-ErrorWindow))
+	if err != nil {
+		return err
+	}
+	conds = append(conds, ErrorConditions(accts, counts, w.cfg.ErrorShare, w.cfg.ErrorMinAttempts)...)
 	if w.cfg.Budget != nil {
 		for _, k := range keys {
 			if len(k.Limits) == 0 || !k.Usable(now) {

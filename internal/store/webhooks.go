@@ -449,3 +449,38 @@ func flag(b bool) int {
 	}
 	return 0
 }
+
+// DeleteAlertHistoryBefore deletes the deliveries finished (delivered or
+// out of tries) before before, and the events before it that no delivery
+// names any more. Pending deliveries and their events stay whatever their
+// age, and so does every condition's state.
+func (s *Store) DeleteAlertHistoryBefore(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.exec(ctx, `DELETE FROM webhook_deliveries WHERE status <> ? AND created_at < ?`, DeliveryPending, before.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("delete old deliveries: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	if _, err := s.exec(ctx, `DELETE FROM alert_events WHERE at < ?
+		AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = alert_events.id)`, before.UnixMilli()); err != nil {
+		return n, fmt.Errorf("delete old alert events: %w", err)
+	}
+	return n, nil
+}
+
+// AttemptCount is how many attempts on one account ended in one class.
+type AttemptCount struct {
+	AccountID string `db:"account_id"`
+	Class     string `db:"class"`
+	N         int    `db:"n"`
+}
+
+// AttemptCounts counts the attempts started after since, by account and
+// class (attempts on no account left out).
+func (s *Store) AttemptCounts(ctx context.Context, since time.Time) ([]AttemptCount, error) {
+	var out []AttemptCount
+	if err := s.selectAll(ctx, &out, `SELECT account_id, class, COUNT(*) AS n FROM attempts
+		WHERE started_at > ? AND account_id <> '' GROUP BY account_id, class ORDER BY account_id, class`, since.UnixMilli()); err != nil {
+		return nil, fmt.Errorf("count attempts: %w", err)
+	}
+	return out, nil
+}

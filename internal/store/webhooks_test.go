@@ -129,3 +129,47 @@ func TestAlertTransitionsAndClaims(t *testing.T) {
 		assert.False(t, won)
 	})
 }
+
+// Attempts are counted by account and class within the window; attempts
+// on no account are left out.
+func TestAttemptCounts(t *testing.T) {
+	eachWithClock(t, func(t *testing.T, s *store.Store, clk *clock) {
+		ctx := context.Background()
+		t0 := clk.Now()
+		at := func(acc, class string, ago time.Duration) store.Attempt {
+			return store.Attempt{RequestID: "req", AccountID: acc, Class: class, StartedAt: t0.Add(-ago), EndedAt: t0.Add(-ago)}
+		}
+		require.NoError(t, s.RecordAttempts(ctx, []store.Attempt{
+			at("acc_a", "server", time.Minute), at("acc_a", "server", 2*time.Minute), at("acc_a", "ok", time.Minute),
+			at("acc_a", "server", 10*time.Minute), at("acc_b", "ok", time.Second), at("", "no_account", time.Second),
+		}))
+		got, err := s.AttemptCounts(ctx, t0.Add(-5*time.Minute))
+		require.NoError(t, err)
+		assert.Equal(t, []store.AttemptCount{{AccountID: "acc_a", Class: "ok", N: 1}, {AccountID: "acc_a", Class: "server", N: 2}, {AccountID: "acc_b", Class: "ok", N: 1}}, got)
+	})
+}
+
+// Finished deliveries past the retention go, with their events; pending
+// ones stay whatever their age.
+func TestDeleteAlertHistory(t *testing.T) {
+	eachWithClock(t, func(t *testing.T, s *store.Store, clk *clock) {
+		ctx := context.Background()
+		w, err := s.CreateWebhook(ctx, store.Webhook{URL: "http://127.0.0.1:9/a", Events: []string{"pool.exhausted"}, Format: "json"}, "a")
+		require.NoError(t, err)
+		require.NoError(t, s.EnqueueEvent(ctx, event("evt_old", "webhook.test", clk.Now()), w.ID))
+		require.NoError(t, s.EnqueueEvent(ctx, event("evt_pending", "webhook.test", clk.Now()), w.ID))
+		c, err := s.ClaimDeliveries(ctx, "r1", time.Minute, 1)
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		require.NoError(t, s.FinishDelivery(ctx, c[0].ID, "r1", store.DeliveryResult{Delivered: true, StatusCode: 200}))
+		clk.Add(48 * time.Hour)
+		n, err := s.DeleteAlertHistoryBefore(ctx, clk.Now().Add(-24*time.Hour))
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n)
+		ds, err := s.Deliveries(ctx, w.ID, 10)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		assert.Equal(t, store.DeliveryPending, ds[0].Status)
+		assert.NotEqual(t, c[0].ID, ds[0].ID)
+	})
+}
