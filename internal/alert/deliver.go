@@ -244,8 +244,10 @@ func ValidateURL(raw string, self []string) (*url.URL, error) {
 
 // RefuseSelf refuses a URL that points at the relay's own admin routes
 // (/api, /admin) on one of the addresses it listens on (host:port; a host
-// of 0.0.0.0 or :: is every local address): a webhook must not be a way
-// to make the relay call its own admin API.
+// of 0.0.0.0 or :: is every address of this machine's interfaces): a
+// webhook must not be a way to make the relay call its own admin API.
+// Hosts are compared as written: a name that resolves to the relay is not
+// looked up (the deliveries' egress may resolve it elsewhere anyway).
 func RefuseSelf(u *url.URL, self []string) error {
 	path := strings.ToLower(u.EscapedPath())
 	if !(hasRoute(path, "/api") || hasRoute(path, "/admin")) {
@@ -261,7 +263,7 @@ func RefuseSelf(u *url.URL, self []string) error {
 		if err != nil || sp != port {
 			continue
 		}
-		if strings.EqualFold(sh, host) || local(host) || unspecified(sh) {
+		if strings.EqualFold(sh, host) || local(host) || (unspecified(sh) && interfaceAddr(host)) {
 			return fmt.Errorf("url: must not point at the relay's own %s routes", strings.SplitN(path[1:], "/", 2)[0])
 		}
 	}
@@ -278,6 +280,25 @@ func local(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
+}
+
+// interfaceAddr reports whether host is an IP address of one of this
+// machine's interfaces.
+func interfaceAddr(host string) bool {
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return false
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func unspecified(host string) bool {
