@@ -123,7 +123,7 @@ func TestAlertNeedsLoginOnceAndCleared(t *testing.T) {
 	assert.NotEmpty(t, d.event.ID)
 	var raw map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(d.body, &raw))
-	assert.ElementsMatch(t, []string{"id", "type", "at", "subject", "data"}, keys(raw), "the generic event's shape")
+	assert.ElementsMatch(t, []string{"id", "type", "at", "subject", "data"}, fieldNames(raw), "the generic event's shape")
 
 	// A new login: the account serves again, and the condition clears.
 	require.NoError(t, h.store.SetCredentials(ctx, h.ids["a1"], store.Credentials{AccessToken: "at-a1", RefreshToken: "rt-a1"}, time.Time{}))
@@ -137,7 +137,7 @@ func TestAlertNeedsLoginOnceAndCleared(t *testing.T) {
 	assert.EqualValues(t, 2, rcv.calls.Load())
 }
 
-func keys(m map[string]json.RawMessage) []string {
+func fieldNames(m map[string]json.RawMessage) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)

@@ -3,6 +3,7 @@ package web
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -79,7 +80,7 @@ func (s *Server) renderWebhooks(c echo.Context, status int, form ui.WebhookForm,
 	now := s.cfg.Now()
 	p := ui.Webhooks{Form: form}
 	for _, t := range alert.Types {
-		p.Events = append(p.Events, ui.Option{Value: t, Label: t, Selected: contains(events, t)})
+		p.Events = append(p.Events, ui.Option{Value: t, Label: t, Selected: slices.Contains(events, t)})
 	}
 	for _, w := range ws {
 		ds, err := s.cfg.Store.Deliveries(ctx, w.ID, 1)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,11 +84,11 @@ func viewDelivery(d store.Delivery) DeliveryView {
 	return v
 }
 
-// webhook reads a form into the webhook to store, checked: an http(s) URL
+// checkWebhook reads a form into the webhook to store, checked: an http(s) URL
 // that is not the relay's own admin routes, known events, a format, and a
 // secret for the signed JSON format.
-func (s *Server) webhook(c echo.Context, f WebhookForm) (store.Webhook, error) {
-	self := append([]string{hostPort(c.Request())}, s.cfg.AlertSelf...)
+func (s *Server) checkWebhook(c echo.Context, f WebhookForm) (store.Webhook, error) {
+	self := append([]string{reachedAt(c.Request())}, s.cfg.AlertSelf...)
 	u, err := alert.ValidateURL(f.URL, self)
 	if err != nil {
 		return store.Webhook{}, badField("url", "%s", strings.TrimPrefix(err.Error(), "url: "))
@@ -101,7 +102,7 @@ func (s *Server) webhook(c echo.Context, f WebhookForm) (store.Webhook, error) {
 		if !alert.KnownType(e) {
 			return store.Webhook{}, badField("events", "unknown event %q: the events are %s", e, strings.Join(alert.Types, ", "))
 		}
-		if !contains(events, e) {
+		if !slices.Contains(events, e) {
 			events = append(events, e)
 		}
 	}
@@ -121,9 +122,9 @@ func (s *Server) webhook(c echo.Context, f WebhookForm) (store.Webhook, error) {
 	return store.Webhook{URL: u.String(), Events: events, Format: format}, nil
 }
 
-// hostPort is the address a request reached the relay at, its port
+// reachedAt is the address a request reached the relay at, its port
 // filled in from the scheme when the Host header names none.
-func hostPort(r *http.Request) string {
+func reachedAt(r *http.Request) string {
 	if _, _, err := net.SplitHostPort(r.Host); err == nil {
 		return r.Host
 	}
@@ -134,18 +135,9 @@ func hostPort(r *http.Request) string {
 	return net.JoinHostPort(strings.Trim(r.Host, "[]"), port)
 }
 
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // addWebhook checks and stores a new webhook, and audits it.
 func (s *Server) addWebhook(c echo.Context, f WebhookForm) (store.Webhook, error) {
-	w, err := s.webhook(c, f)
+	w, err := s.checkWebhook(c, f)
 	if err != nil {
 		return store.Webhook{}, err
 	}
