@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/codexrelay/codex-relay/internal/alert"
 	"github.com/codexrelay/codex-relay/internal/codexcli"
 	"github.com/codexrelay/codex-relay/internal/sim"
 	"github.com/codexrelay/codex-relay/internal/store"
@@ -53,6 +54,8 @@ type replicaOptions struct {
 	onRequest func(*http.Request)
 	// logs, if set, records what the replica logs, besides the test's log.
 	logs *logLines
+	// alerts, if set, runs the replica's alert loops.
+	alerts *alert.Options
 }
 
 // logLines records log lines (slog's text form), one per record.
@@ -110,7 +113,8 @@ func startReplicaWith(t *testing.T, dbURL, name string, o replicaOptions) *repli
 		logger = slog.New(slog.NewMultiHandler(logger.Handler(), slog.NewTextHandler(o.logs, nil)))
 	}
 	rl = relay.New(relay.Config{Store: st, Logger: logger.With("replica", name),
-		Replica: relay.ReplicaConfig{Name: name, Heartbeat: o.heartbeat, Address: srv.URL, HopKey: []byte("test hop key, shared by replicas")}})
+		Replica: relay.ReplicaConfig{Name: name, Heartbeat: o.heartbeat, Address: srv.URL, HopKey: []byte("test hop key, shared by replicas")},
+		Alerts:  o.alerts})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { rl.Run(ctx) })

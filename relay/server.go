@@ -14,6 +14,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/internal/alert"
 	"github.com/codexrelay/codex-relay/internal/ratelimit"
 	"github.com/codexrelay/codex-relay/internal/store"
 )
@@ -89,6 +90,11 @@ type Config struct {
 	// Location is the time zone of calendar budget windows (day, week,
 	// month). Nil: UTC.
 	Location *time.Location
+	// Alerts, when set, has Run watch the alert conditions and send the
+	// due webhook deliveries (package alert) on this replica, through the
+	// default egress (Upstream's environment proxy). Every replica may run
+	// them: each event is recorded and each try made once. Nil: no alerts.
+	Alerts *alert.Options
 }
 
 // TokenSource hands out an account's credentials, refreshing ChatGPT tokens
@@ -130,6 +136,9 @@ type Server struct {
 	// remoteLanes are the other live replicas' lanes, from their last
 	// heartbeats (nil until Run has looked).
 	remoteLanes atomic.Pointer[[]LaneInfo]
+	// alerts are this replica's alert loops (Config.Alerts), run by Run;
+	// static after New, nil without alerts.
+	alerts *alert.Loops
 	// leased remembers the threads whose lease this replica renewed, and
 	// when and at which epoch (leaseKey -> leaseSeen), so a lease is
 	// written once a minute and a lease taken over from another replica
@@ -245,7 +254,23 @@ func New(cfg Config) *Server {
 	s.pool = bridge.NewPool(pc)
 	s.keyUse, s.requestLog, s.placements, s.usage = s.newKeyUse(), s.newRequestLog(), s.newPlacements(), s.newUsage()
 	cfg.Registry.MustRegister(newAccountsCollector(s))
+	if cfg.Alerts != nil {
+		s.alerts = alert.New(alert.Config{Store: cfg.Store, Replica: cfg.Replica.ID, Proxy: cfg.Upstream.envProxy, Now: cfg.Now,
+			Logger: cfg.Logger.With("component", "alerts"),
+			Budget: func(ctx context.Context, k store.ClientKey) ([]store.LimitUse, error) {
+				return cfg.Store.KeyBudget(ctx, k, cfg.Replica.ID, s.ReplicaLiveSince(), cfg.Location)
+			}}, *cfg.Alerts)
+	}
 	return s
+}
+
+// KickAlerts has this replica send the due webhook deliveries now (a test
+// event just recorded) rather than at its next poll; without alerts it
+// does nothing.
+func (s *Server) KickAlerts() {
+	if s.alerts != nil {
+		s.alerts.Deliverer.Kick()
+	}
 }
 
 // Bridge exposes the pool of upstream lanes.
@@ -381,6 +406,10 @@ func (s *Server) Run(ctx context.Context) {
 	wg.Add(2)
 	go func() { defer wg.Done(); s.heartbeat(ctx) }()
 	go func() { defer wg.Done(); s.listen(ctx) }()
+	if s.alerts != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.alerts.Run(ctx) }()
+	}
 	defer wg.Wait()
 	s.housekeep(ctx) // at once too: a restart prunes what piled up meanwhile
 	t := time.NewTicker(time.Minute)
@@ -396,8 +425,8 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // housekeep sweeps idle continuity entries and deletes expired bindings,
-// request records past their retention, stale lane leases and console
-// sessions past their absolute end.
+// request records and finished webhook deliveries past their retention,
+// stale lane leases and console sessions past their absolute end.
 func (s *Server) housekeep(ctx context.Context) {
 	s.conts.Sweep()
 	if _, err := s.cfg.Store.DeleteExpiredBindings(ctx); err != nil && ctx.Err() == nil {
@@ -407,6 +436,9 @@ func (s *Server) housekeep(ctx context.Context) {
 	if s.cfg.Retention > 0 {
 		if _, err := s.cfg.Store.DeleteRecordsBefore(ctx, now.Add(-s.cfg.Retention), 10); err != nil && ctx.Err() == nil {
 			s.log.Warn("delete old request records", "err", err)
+		}
+		if _, err := s.cfg.Store.DeleteAlertHistoryBefore(ctx, now.Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+			s.log.Warn("delete old webhook deliveries", "err", err)
 		}
 	}
 	if _, err := s.cfg.Store.DeleteStaleReservations(ctx, s.cfg.Replica.ID, s.ReplicaLiveSince()); err != nil && ctx.Err() == nil {

@@ -58,6 +58,11 @@ var routeRoles = map[string]roles.Role{
 	"GET /api/v1/users/:id/tokens":              viewer, // one's own; another's need admin
 	"POST /api/v1/users/:id/tokens":             viewer, // likewise
 	"DELETE /api/v1/users/:id/tokens/:token_id": viewer, // likewise
+	"GET /api/v1/webhooks":                      admin,
+	"POST /api/v1/webhooks":                     admin,
+	"DELETE /api/v1/webhooks/:id":               admin,
+	"POST /api/v1/webhooks/:id/test":            admin,
+	"GET /api/v1/webhooks/:id/deliveries":       admin,
 
 	"GET /admin/login":                       anyone,
 	"POST /admin/login":                      anyone,
@@ -101,6 +106,11 @@ var routeRoles = map[string]roles.Role{
 	"GET /admin/tokens":                      viewer, // one's own; another's need admin
 	"POST /admin/tokens":                     viewer, // likewise
 	"POST /admin/tokens/:id/revoke":          viewer, // likewise
+	"GET /admin/webhooks":                    admin,
+	"POST /admin/webhooks":                   admin,
+	"GET /admin/webhooks/:id":                admin,
+	"POST /admin/webhooks/:id/remove":        admin,
+	"POST /admin/webhooks/:id/test":          admin,
 	"GET /admin/live/:topic":                 viewer,
 	"POST /admin/logout":                     viewer,
 }

@@ -141,6 +141,7 @@ func (s *Server) routes() {
 	s.handle(con, http.MethodPost, "/tokens/:id/revoke", viewer, s.consoleRevokeToken)
 	s.handle(con, http.MethodGet, "/live/:topic", viewer, s.live)
 	s.handle(con, http.MethodPost, "/logout", viewer, s.logout)
+	s.webhookRoutes(api, con)
 	con.RouteNotFound("/*", func(c echo.Context) error { return echo.ErrNotFound })
 
 	if s.cfg.Client != nil {

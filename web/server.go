@@ -75,6 +75,13 @@ type Config struct {
 	// SignInTimeout is how long a console sign-in waits for its approval:
 	// the life of its user code. Default 15 minutes.
 	SignInTimeout time.Duration
+	// AlertSelf are the addresses the relay listens on (host:port): a
+	// webhook to their /api or /admin routes is refused, as one to the
+	// address a request reached the console at is.
+	AlertSelf []string
+	// KickAlerts has this replica send due webhook deliveries now (a test
+	// event); nil: they go at the deliverer's next poll.
+	KickAlerts func()
 }
 
 // Relay is what the web layer uses of the relay. *relay.Server has it.

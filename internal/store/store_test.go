@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"io/fs"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/internal/store/storetest"
+	"github.com/codexrelay/codex-relay/migrations"
 )
 
 func TestParseLocation(t *testing.T) {
@@ -106,10 +108,11 @@ func TestConcurrentMigrationsDoNotRace(t *testing.T) {
 				require.NoError(t, errs[i], "migrator %d", i)
 				total += len(results[i])
 			}
-			s := storetest.Open(t, url, store.Options{})
-			_, latest, err := s.SchemaVersion(ctx)
+			// Counted by file: versions need not follow one another (a
+			// branch may land 0012 before another's 0011).
+			files, err := fs.Glob(migrations.FS, "*.sql")
 			require.NoError(t, err)
-			assert.Equal(t, int(latest), total, "each migration applied exactly once across all migrators")
+			assert.Equal(t, len(files), total, "each migration applied exactly once across all migrators")
 		})
 	}
 }

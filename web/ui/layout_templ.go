@@ -85,7 +85,7 @@ func page(f Frame) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		for _, n := range nav {
-			if n.Key == "people" && !f.Administers() {
+			if (n.Key == "people" || n.Key == "webhooks") && !f.Administers() {
 			} else if n.Key == f.Nav {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "<a href=\"")
 				if templ_7745c5c3_Err != nil {

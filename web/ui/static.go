@@ -61,6 +61,7 @@ var nav = []struct{ Key, Label, URL string }{
 	{"requests", "Requests", "/admin/requests"},
 	{"usage", "Usage", "/admin/usage"},
 	{"keys", "Client keys", "/admin/keys"},
+	{"webhooks", "Webhooks", "/admin/webhooks"},
 	{"audit", "Audit log", "/admin/audit"},
 	{"people", "People", "/admin/people"},
 	{"settings", "Settings", "/admin/settings"},

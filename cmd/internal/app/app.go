@@ -25,6 +25,7 @@ import (
 
 	"github.com/codexrelay/codex-relay/bridge"
 	"github.com/codexrelay/codex-relay/continuity"
+	"github.com/codexrelay/codex-relay/internal/alert"
 	"github.com/codexrelay/codex-relay/internal/oauth"
 	"github.com/codexrelay/codex-relay/internal/store"
 	"github.com/codexrelay/codex-relay/relay"
@@ -135,11 +136,15 @@ func New(ln net.Listener, opts Options) (*Relay, error) {
 	}
 	pool := opts.Bridge
 	pool.MaxAge = cmp.Or(pool.MaxAge, DefaultLaneMaxAge)
+	// Alerts are watched and delivered on every replica (each change and
+	// each try is made once among them); no webhook goes to this
+	// listener's own admin routes.
+	self := []string{ln.Addr().String()}
 	rl := relay.New(relay.Config{Store: st, Logger: log, Registry: reg, Upstream: up, Tokens: tokens, FallbackModel: opts.FallbackModel,
 		Replica: relay.ReplicaConfig{Address: advertise, HopKey: derivedKey(opts.Secret, hopKeyPurpose)}, Retention: opts.Retention, Location: opts.Location,
 		StreamIdleTimeout: opts.StreamIdleTimeout, ClientCompression: opts.ClientCompression, Bridge: pool,
 		MaxBodyBytes: opts.MaxBodyBytes, BodyReadTimeout: opts.BodyReadTimeout, ClientWriteTimeout: opts.ClientWriteTimeout,
-		Continuity: opts.Continuity, OwnerIDs: opts.OwnerIDs})
+		Continuity: opts.Continuity, OwnerIDs: opts.OwnerIDs, Alerts: &alert.Options{Self: self}})
 	probe := func(ctx context.Context, id string) (store.Account, error) {
 		a, err := st.Account(ctx, id)
 		if err != nil {
@@ -155,7 +160,7 @@ func New(ln net.Listener, opts Options) (*Relay, error) {
 	}
 	srv := web.New(web.Config{Store: st, AdminTokenHash: opts.AdminTokenHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl,
 		SessionKey: derivedKey(opts.Secret, sessionKeyPurpose), Probe: probe, Location: opts.Location,
-		AuthURL: opts.AuthURL, SignInClient: up.Via})
+		AuthURL: opts.AuthURL, SignInClient: up.Via, AlertSelf: self, KickAlerts: rl.KickAlerts})
 	hs := httpServer(srv, log)
 	if opts.ReadHeaderTimeout > 0 {
 		hs.ReadHeaderTimeout = opts.ReadHeaderTimeout
