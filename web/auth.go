@@ -217,7 +217,7 @@ func (s *Server) loginPage(c echo.Context) error {
 		return c.Redirect(http.StatusSeeOther, next)
 	}
 	v := s.loginVisit(c)
-	return s.render(c, http.StatusOK, ui.LoginPage(ui.Login{CSRF: s.sessions.csrf(purposeLogin, v), Next: next}))
+	return s.render(c, http.StatusOK, ui.LoginPage(ui.Login{CSRF: s.sessions.csrf(purposeLogin, v), Next: next, SSO: s.oidc != nil}))
 }
 
 // loginForm is the body of POST /admin/login.
@@ -232,7 +232,7 @@ type loginForm struct {
 func (s *Server) login(c echo.Context) error {
 	f := loginForm{Token: strings.TrimSpace(c.FormValue("token")), Next: safeNext(c.FormValue("next"))}
 	v := s.loginVisit(c)
-	page := ui.Login{CSRF: s.sessions.csrf(purposeLogin, v), Next: f.Next}
+	page := ui.Login{CSRF: s.sessions.csrf(purposeLogin, v), Next: f.Next, SSO: s.oidc != nil}
 	if ok, wait := s.limiter.Allow(c.RealIP()); !ok {
 		secs := int(wait / time.Second)
 		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))

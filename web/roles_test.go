@@ -67,6 +67,8 @@ var routeRoles = map[string]roles.Role{
 	"GET /admin/login":                       anyone,
 	"POST /admin/login":                      anyone,
 	"GET /admin/static/*":                    anyone,
+	"GET /admin/oidc/start":                  anyone,
+	"GET /admin/oidc/callback":               anyone,
 	"GET /admin":                             viewer,
 	"GET /admin/":                            viewer,
 	"GET /admin/accounts":                    viewer,

@@ -97,6 +97,8 @@ func (s *Server) routes() {
 	s.handle(pub, http.MethodGet, "/login", anyone, s.loginPage)
 	s.handle(pub, http.MethodPost, "/login", anyone, s.login)
 	s.handle(pub, http.MethodGet, "/static/*", anyone, s.static())
+	s.handle(pub, http.MethodGet, "/oidc/start", anyone, s.oidcStart)
+	s.handle(pub, http.MethodGet, "/oidc/callback", anyone, s.oidcCallback)
 
 	con := e.Group("/admin", consoleHeaders, limitBody(maxConsoleBody), s.requireSession, readForm, s.requireCSRF, s.noteSeen)
 	s.handle(con, http.MethodGet, "", viewer, func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/admin/") })

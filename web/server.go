@@ -82,6 +82,8 @@ type Config struct {
 	// KickAlerts has this replica send due webhook deliveries now (a test
 	// event); nil: they go at the deliverer's next poll.
 	KickAlerts func()
+	// OIDC, when set, offers single sign-on on the login page.
+	OIDC *OIDC
 }
 
 // Relay is what the web layer uses of the relay. *relay.Server has it.
@@ -133,6 +135,7 @@ type Server struct {
 	// roleOf is the route table's roles by "METHOD path" (handle); static
 	// after New.
 	roleOf map[string]roles.Role
+	oidc   *oidcClient // nil without single sign-on
 }
 
 // New builds the server and its routes.
@@ -182,6 +185,9 @@ func New(cfg Config) *Server {
 		apiFailures: ratelimit.New(apiFailureBurst, apiFailureRefill, cfg.Now),
 		signIns:     newSignIns(),
 		roleOf:      map[string]roles.Role{},
+	}
+	if cfg.OIDC != nil {
+		s.oidc = newOIDCClient(*cfg.OIDC)
 	}
 	s.authFailures = newAuthFailures(failureWindow, cfg.Now, s.auditAuthFailures)
 	e.HTTPErrorHandler = s.handleError

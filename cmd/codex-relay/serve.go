@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/net/http/httpproxy"
@@ -16,6 +18,7 @@ import (
 	"github.com/codexrelay/codex-relay/cmd/internal/app"
 	"github.com/codexrelay/codex-relay/internal/oauth"
 	"github.com/codexrelay/codex-relay/relay"
+	"github.com/codexrelay/codex-relay/web"
 )
 
 // DefaultAddr is where the relay listens unless told otherwise.
@@ -76,6 +79,10 @@ func runServe(ctx context.Context, c cli, args []string) error {
 		return err
 	}
 	applyMemoryLimit(c, log)
+	sso, err := oidcSettings(c)
+	if err != nil {
+		return err
+	}
 	st, secret, admin, err := openRelayStore(ctx, c, db, log)
 	if err != nil {
 		return err
@@ -85,7 +92,34 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	return serveRelay(ctx, c, *addr, *shutdown, app.Options{Store: st, Secret: secret, AdminTokenHash: admin.hash, Logger: log,
 		TokenURL: *tokenURL, AuthURL: *authURL, FallbackModel: *fallbackModel, AdvertiseURL: *advertise, Retention: retention, Location: loc, EnvProxy: envProxy,
 		StreamIdleTimeout: streamIdle, ClientCompression: clientCompression, UpstreamCompression: upstreamCompression,
-		Bridge: bridge.PoolConfig{MaxAge: laneMaxAge}}, nil)
+		Bridge: bridge.PoolConfig{MaxAge: laneMaxAge}, OIDC: sso}, nil)
+}
+
+// oidcSettings reads the console's single sign-on (CODEX_RELAY_OIDC_*,
+// CODEX_RELAY_PUBLIC_URL): nil without an issuer; an issuer without a
+// client id, a public URL or a role map is an error that says what is
+// missing.
+func oidcSettings(c cli) (*web.OIDC, error) {
+	issuer := strings.TrimSpace(c.getenv("CODEX_RELAY_OIDC_ISSUER"))
+	if issuer == "" {
+		return nil, nil
+	}
+	o := &web.OIDC{Issuer: issuer, ClientID: strings.TrimSpace(c.getenv("CODEX_RELAY_OIDC_CLIENT_ID")),
+		ClientSecret: strings.TrimSpace(c.getenv("CODEX_RELAY_OIDC_CLIENT_SECRET")),
+		RoleClaim:    envOr(c, "CODEX_RELAY_OIDC_ROLE_CLAIM", "groups"),
+		PublicURL:    strings.TrimRight(strings.TrimSpace(c.getenv("CODEX_RELAY_PUBLIC_URL")), "/")}
+	if o.ClientID == "" {
+		return nil, errors.New("serve: CODEX_RELAY_OIDC_ISSUER is set but CODEX_RELAY_OIDC_CLIENT_ID is not: give the client id the provider registered for the relay")
+	}
+	if u, err := url.Parse(o.PublicURL); o.PublicURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, errors.New("serve: CODEX_RELAY_OIDC_ISSUER is set but CODEX_RELAY_PUBLIC_URL is not an http(s) URL: give the console's origin as browsers reach it (the redirect URI is <public URL>/admin/oidc/callback)")
+	}
+	m, err := web.ParseRoleMap(c.getenv("CODEX_RELAY_OIDC_ROLES"))
+	if err != nil {
+		return nil, fmt.Errorf("serve: CODEX_RELAY_OIDC_ROLES: %w", err)
+	}
+	o.Roles = m
+	return o, nil
 }
 
 // defaultStreamIdleTimeout is how long an upstream answer may stay silent

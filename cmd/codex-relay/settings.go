@@ -71,6 +71,12 @@ var settings = []setting{
 	{envPrefix + "WS_COMPRESSION_THRESHOLD", notSecret},
 	{envPrefix + "LOG_FORMAT", notSecret},
 	{envPrefix + "LOG_LEVEL", notSecret},
+	{envPrefix + "OIDC_ISSUER", notSecret},
+	{envPrefix + "OIDC_CLIENT_ID", notSecret},
+	{envPrefix + "OIDC_CLIENT_SECRET", secret},
+	{envPrefix + "OIDC_ROLE_CLAIM", notSecret},
+	{envPrefix + "OIDC_ROLES", notSecret},
+	{envPrefix + "PUBLIC_URL", notSecret},
 	// the admin commands (accounts, keys, bindings, usage)
 	{envPrefix + "URL", notSecret},
 	{envPrefix + "API_TOKEN", secret}, // a person's token, before the admin token

@@ -34,12 +34,13 @@ export function check(cond, msg) {
 
 // openBrowser starts Chromium (nothing may leave loopback: no DNS outside
 // it, no background services) with outDir made for screenshots, origin
-// granted permissions (e.g. the clipboard's). offsite collects requests
+// granted permissions (e.g. the clipboard's); hosts are the loopback names
+// it may reach (127.0.0.1, and localhost for a test's other site). offsite collects requests
 // that left loopback, consoleErrors script errors, CSP violations and
 // assets that failed to load; watch(page) makes a page of the script's
 // own report into them (the first page is watched already); close ends
 // it all.
-export async function openBrowser({ executablePath, outDir, origin, permissions = [] }) {
+export async function openBrowser({ executablePath, outDir, origin, permissions = [], hosts = ["127.0.0.1"] }) {
   fs.mkdirSync(outDir, { recursive: true });
   const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "codex-relay-chromium-"));
   const context = await chromium.launchPersistentContext(userDataDir, {
@@ -54,7 +55,7 @@ export async function openBrowser({ executablePath, outDir, origin, permissions 
       "--disable-background-networking",
       "--disable-component-update",
       "--disable-sync",
-      "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+      "--host-resolver-rules=MAP * ~NOTFOUND, " + hosts.map((h) => "EXCLUDE " + h).join(", "),
     ],
     viewport: widths[0],
   });
@@ -62,7 +63,7 @@ export async function openBrowser({ executablePath, outDir, origin, permissions 
   const offsite = [];
   context.on("request", (req) => {
     const u = new URL(req.url());
-    if (u.protocol !== "data:" && u.hostname !== "127.0.0.1") offsite.push(req.url());
+    if (u.protocol !== "data:" && !hosts.includes(u.hostname)) offsite.push(req.url());
   });
   const consoleErrors = [];
   // Script errors and CSP violations count; refused requests are the

@@ -57,6 +57,13 @@ type Login struct {
 	CSRF  string
 	Next  string
 	Error string
+	// SSO offers the single sign-on (the relay has an OpenID provider).
+	SSO bool
+}
+
+// SignedIn is the page a single sign-on lands on, which moves on to Next.
+type SignedIn struct {
+	Next string
 }
 
 // ErrorView is a console error page: Message is safe to show.

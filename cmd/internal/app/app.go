@@ -56,6 +56,9 @@ type Options struct {
 	// AuthURL is the ChatGPT auth server of the console's sign-in; "" is
 	// oauth.DefaultIssuer.
 	AuthURL string
+	// OIDC, when set, is the console's single sign-on; its provider is
+	// reached through EnvProxy unless it brings a client.
+	OIDC *web.OIDC
 	// FallbackModel is the model a request asks for once it fell back to
 	// the fallback group; "": the client's.
 	FallbackModel string
@@ -158,9 +161,14 @@ func New(ln net.Listener, opts Options) (*Relay, error) {
 		}
 		return a, nil
 	}
+	if opts.OIDC != nil && opts.OIDC.Client == nil {
+		sso := *opts.OIDC
+		sso.Client = &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{Proxy: opts.EnvProxy}}
+		opts.OIDC = &sso
+	}
 	srv := web.New(web.Config{Store: st, AdminTokenHash: opts.AdminTokenHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl,
 		SessionKey: derivedKey(opts.Secret, sessionKeyPurpose), Probe: probe, Location: opts.Location,
-		AuthURL: opts.AuthURL, SignInClient: up.Via, AlertSelf: self, KickAlerts: rl.KickAlerts})
+		AuthURL: opts.AuthURL, SignInClient: up.Via, AlertSelf: self, KickAlerts: rl.KickAlerts, OIDC: opts.OIDC})
 	hs := httpServer(srv, log)
 	if opts.ReadHeaderTimeout > 0 {
 		hs.ReadHeaderTimeout = opts.ReadHeaderTimeout
