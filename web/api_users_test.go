@@ -392,3 +392,41 @@ func TestConsoleTokensPage(t *testing.T) {
 	assert.Contains(t, body(rec), "Tokens of operator@example.com")
 	assert.Contains(t, body(rec), "operator-token")
 }
+
+// A person's console sessions are listed on their page, this one marked,
+// and "Sign out everywhere" ends all of them on their next request (this
+// one too); another person's need an admin, who may end them.
+func TestConsoleSignOutEverywhere(t *testing.T) {
+	srv, s, _ := clockedServer(t)
+	ctx := context.Background()
+	pp := addPeople(t, s)
+	laptop, phone := newBrowser(t, srv), newBrowser(t, srv)
+	loginWith(t, laptop, pp.tokens["viewer"])
+	loginWith(t, phone, pp.tokens["viewer"])
+	page := body(laptop.get("/admin/tokens"))
+	assert.Equal(t, 2, strings.Count(page, "a personal token</td>"), "both sessions listed: %s", page)
+	assert.Contains(t, page, "this one")
+
+	op := newBrowser(t, srv)
+	loginWith(t, op, pp.tokens["operator"])
+	viewerID := pp.users["viewer"].ID
+	rec := op.post("/admin/sessions/signout", url.Values{"user": {viewerID}})
+	assert.Equal(t, http.StatusForbidden, rec.Code, "another person's sessions need an admin")
+	assert.Equal(t, http.StatusOK, phone.get("/admin/keys").Code, "still signed in")
+
+	rec = laptop.post("/admin/sessions/signout", nil)
+	require.Equal(t, http.StatusSeeOther, rec.Code, body(rec))
+	assert.Equal(t, "/admin/login", rec.Header().Get("Location"))
+	for _, b := range []*browser{laptop, phone} {
+		rec := b.get("/admin/keys")
+		assert.Equal(t, http.StatusSeeOther, rec.Code, "signed out everywhere")
+	}
+	assert.Equal(t, http.StatusOK, op.get("/admin/keys").Code, "another person's session stands")
+	left, err := s.ConsoleSessionsOf(ctx, viewerID, time.Now())
+	require.NoError(t, err)
+	assert.Empty(t, left)
+	entries, _, err := s.AuditLog(ctx, store.AuditFilter{Action: "sessions.revoke"})
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, "user:"+viewerID, entries[0].Target)
+}

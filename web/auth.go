@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -242,6 +243,17 @@ func (s *Server) login(c echo.Context) error {
 	if err := s.checkCSRF(c, s.sessions.csrf(purposeLogin, v)); err != nil {
 		return err
 	}
+	if s.cfg.NoAdminTokenLogin && s.adminToken(f.Token) {
+		admin, err := s.anAdminExists(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		if admin {
+			s.audit(c, "login.failed", "", "the admin token, whose console sign-in is off")
+			page.Error = "The admin token does not sign in to this console (CODEX_RELAY_ADMIN_TOKEN_LOGIN=off): sign in with single sign-on or a personal token."
+			return s.render(c, http.StatusUnauthorized, ui.LoginPage(page))
+		}
+	}
 	p, ok, err := s.loginPrincipal(c.Request().Context(), f.Token)
 	if err != nil {
 		return err
@@ -300,4 +312,13 @@ func (s *Server) logout(c echo.Context) error {
 	}
 	s.audit(c, "logout", "", "")
 	return c.Redirect(http.StatusSeeOther, "/admin/login")
+}
+
+// anAdminExists reports whether a person with the admin role may sign in.
+func (s *Server) anAdminExists(ctx context.Context) (bool, error) {
+	users, err := s.cfg.Store.Users(ctx)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(users, func(u store.User) bool { return u.Role == roles.Admin && !u.Disabled() }), nil
 }

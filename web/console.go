@@ -530,6 +530,9 @@ func (s *Server) renderSettings(c echo.Context, status int, prices *ui.PriceForm
 			{Name: "Login rate limit", Value: strconv.Itoa(loginBurst) + " attempts, then 1 per " + span(loginRefill), Note: "per client address"},
 			{Name: "Live updates", Value: "every " + span(s.cfg.LiveInterval), Note: "overview, lanes, diagnostics and sign-ins, over SSE"},
 			{Name: "ChatGPT sign-in", Value: cmp.Or(s.cfg.AuthURL, oauth.DefaultIssuer), Note: "CODEX_RELAY_AUTH_URL: the auth server of the Accounts page's Sign in with ChatGPT; a code waits " + span(s.cfg.SignInTimeout) + " for its approval"},
+			s.ssoSetting(),
+			{Name: "Admin token sign-in", Value: map[bool]string{false: "on", true: "off once an admin person exists"}[s.cfg.NoAdminTokenLogin],
+				Note: "CODEX_RELAY_ADMIN_TOKEN_LOGIN; the admin API takes the admin token either way"},
 		}},
 		{Title: "This replica", Items: []ui.Setting{
 			{Name: "Replica id", Value: s.cfg.Relay.ReplicaID(), Note: "marked \"this one\" under Replicas"},
@@ -633,4 +636,14 @@ func (s *Server) threadObjects(ctx context.Context, rows []store.Binding, n name
 		}
 	}
 	return out, nil
+}
+
+// ssoSetting describes the console's single sign-on for the Settings page.
+func (s *Server) ssoSetting() ui.Setting {
+	if s.oidc == nil {
+		return ui.Setting{Name: "Single sign-on", Value: "off", Note: "CODEX_RELAY_OIDC_ISSUER and its companions turn it on (README, People, roles and personal tokens)"}
+	}
+	o := s.oidc.cfg
+	return ui.Setting{Name: "Single sign-on", Value: o.Issuer,
+		Note: "OpenID Connect, client " + o.ClientID + ", roles from the " + o.RoleClaim + " claim; redirect URI " + strings.TrimRight(o.PublicURL, "/") + oidcPath + "/callback"}
 }

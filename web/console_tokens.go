@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -69,6 +70,13 @@ func (s *Server) renderTokens(c echo.Context, status int, id string, created *ui
 			title = "Tokens of " + u.Email
 		}
 	}
+	if id != "" || principalOf(c).UserID == "" {
+		rows, err := s.sessionRows(c, id)
+		if err != nil {
+			return err
+		}
+		p.Sessions = rows
+	}
 	nav := "tokens"
 	if id != principalOf(c).UserID {
 		nav = "people"
@@ -125,4 +133,55 @@ func (s *Server) consoleRevokeToken(c echo.Context) error {
 	}
 	t, err := s.revokeToken(c, id, c.Param("id"))
 	return s.back(c, tokensURL(c, id), err, "Revoked token "+t.Name+": its next request is refused.")
+}
+
+// sessionRows lists the standing console sessions of user ("": the admin
+// token's), the one this request comes in marked.
+func (s *Server) sessionRows(c echo.Context, user string) ([]ui.SessionRow, error) {
+	now := s.cfg.Now()
+	list, err := s.cfg.Store.ConsoleSessionsOf(c.Request().Context(), user, now)
+	if err != nil {
+		return nil, err
+	}
+	this, _ := c.Get(sessionKey).(session)
+	rows := make([]ui.SessionRow, len(list))
+	for i, cs := range list {
+		via := "single sign-on"
+		switch {
+		case user == "":
+			via = "the admin token"
+		case cs.TokenID != "":
+			via = "a personal token"
+		}
+		rows[i] = ui.SessionRow{Created: stamp(cs.Created), Seen: ago(now, cs.Seen), Expires: until(now, cs.Expires), Via: via, This: cs.ID == this.ID}
+	}
+	return rows, nil
+}
+
+// consoleSignOutEverywhere signs out every console session of a person
+// (one's own; an admin may do it for anyone), this one too when it is
+// theirs, on every replica at its next request.
+func (s *Server) consoleSignOutEverywhere(c echo.Context) error {
+	id := tokensUser(c)
+	if id != "" {
+		if err := ownTokens(c, id); err != nil {
+			return err
+		}
+	} else if err := checkRole(c, roles.Admin); err != nil {
+		return err // the admin token's sessions: the admin token's to end
+	}
+	n, err := s.cfg.Store.RevokeConsoleSessionsOf(c.Request().Context(), id, s.cfg.Now())
+	if err != nil {
+		return err
+	}
+	target := "the admin token"
+	if id != "" {
+		target = "user:" + id
+	}
+	s.audit(c, "sessions.revoke", target, fmt.Sprintf("%d %s signed out everywhere", n, plural(int(n), "session", "sessions")))
+	if id == principalOf(c).UserID {
+		s.clearCookie(c, sessionCookie)
+		return c.Redirect(http.StatusSeeOther, "/admin/login")
+	}
+	return c.Redirect(http.StatusSeeOther, tokensURL(c, id))
 }

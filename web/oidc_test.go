@@ -412,3 +412,35 @@ func nonceOf(jwt string) string {
 }
 
 func base64RawURL(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
+
+// With the admin token's console sign-in turned off, it still signs in
+// while no admin person exists (or nobody could), and is refused once one
+// does; a personal token signs in either way, and the admin API keeps
+// taking the admin token.
+func TestAdminTokenLoginOff(t *testing.T) {
+	t.Parallel()
+	st := storetest.Open(t, storetest.SQLiteURL(t), store.Options{})
+	reg := prometheus.NewRegistry()
+	srv := New(Config{Store: st, AdminTokenHash: HashAdminToken(testAdminToken), Registry: reg, Gatherer: reg, NoAdminTokenLogin: true})
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+
+	b := newBrowser(t, srv)
+	loginWith(t, b, testAdminToken)
+	assert.Equal(t, http.StatusOK, b.get("/admin/keys").Code, "no admin person yet: the admin token signs in")
+
+	u, err := st.CreateUser(ctx, store.User{Email: "root@example.com", Role: roles.Admin})
+	require.NoError(t, err)
+	_, token, err := st.CreateUserToken(ctx, store.UserToken{UserID: u.ID, Name: "laptop"})
+	require.NoError(t, err)
+	refused := newBrowser(t, srv)
+	require.Equal(t, http.StatusOK, refused.get("/admin/login").Code)
+	rec := refused.post("/admin/login", url.Values{"token": {testAdminToken}, "next": {"/admin/"}})
+	assert.Equal(t, http.StatusUnauthorized, rec.Code)
+	assert.Contains(t, body(rec), "CODEX_RELAY_ADMIN_TOKEN_LOGIN=off")
+	person := newBrowser(t, srv)
+	loginWith(t, person, token)
+	assert.Equal(t, http.StatusOK, person.get("/admin/keys").Code)
+	code, _, _ := call(t, srv, http.MethodGet, "/api/v1/keys", testAdminToken, nil)
+	assert.Equal(t, http.StatusOK, code, "the admin API keeps the admin token")
+}

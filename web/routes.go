@@ -141,6 +141,7 @@ func (s *Server) routes() {
 	s.handle(con, http.MethodGet, "/tokens", viewer, s.tokensPage)
 	s.handle(con, http.MethodPost, "/tokens", viewer, s.consoleMakeToken)
 	s.handle(con, http.MethodPost, "/tokens/:id/revoke", viewer, s.consoleRevokeToken)
+	s.handle(con, http.MethodPost, "/sessions/signout", viewer, s.consoleSignOutEverywhere) // one's own; another's need admin
 	s.handle(con, http.MethodGet, "/live/:topic", viewer, s.live)
 	s.handle(con, http.MethodPost, "/logout", viewer, s.logout)
 	s.webhookRoutes(api, con)

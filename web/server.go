@@ -84,6 +84,12 @@ type Config struct {
 	KickAlerts func()
 	// OIDC, when set, offers single sign-on on the login page.
 	OIDC *OIDC
+	// NoAdminTokenLogin turns the admin token's console sign-in off
+	// (CODEX_RELAY_ADMIN_TOKEN_LOGIN=off) once an admin person exists, who
+	// signs in with single sign-on or a personal token; until then the
+	// admin token still signs in, or nobody could. The admin API keeps
+	// taking it.
+	NoAdminTokenLogin bool
 }
 
 // Relay is what the web layer uses of the relay. *relay.Server has it.

@@ -88,3 +88,38 @@ func TestShortAdminTokenStopsServeAndDemo(t *testing.T) {
 	assert.Error(t, ok(strings.Repeat("x", 15)))
 	assert.NoError(t, ok(""), "unset: one is generated")
 }
+
+// The single sign-on's settings: none without an issuer; an issuer
+// without a client id, a public URL or a role map is refused, naming what
+// is missing.
+func TestOIDCSettings(t *testing.T) {
+	t.Parallel()
+	full := cliEnv{"CODEX_RELAY_OIDC_ISSUER": "https://id.example.com", "CODEX_RELAY_OIDC_CLIENT_ID": "relay",
+		"CODEX_RELAY_OIDC_CLIENT_SECRET": "s3cret", "CODEX_RELAY_OIDC_ROLES": "admin=ops,viewer=*",
+		"CODEX_RELAY_PUBLIC_URL": "https://relay.example.com/"}
+	with := func(k, v string) cli {
+		env := cliEnv{}
+		for kk, vv := range full {
+			env[kk] = vv
+		}
+		env[k] = v
+		return cli{getenv: func(k string) string { return env[k] }}
+	}
+	o, err := oidcSettings(with("X", ""))
+	require.NoError(t, err)
+	require.NotNil(t, o)
+	assert.Equal(t, "https://relay.example.com", o.PublicURL, "the trailing slash goes")
+	assert.Equal(t, "groups", o.RoleClaim, "the default claim")
+	assert.Equal(t, "s3cret", o.ClientSecret)
+	none, err := oidcSettings(with("CODEX_RELAY_OIDC_ISSUER", ""))
+	require.NoError(t, err)
+	assert.Nil(t, none, "no issuer: no single sign-on")
+	for k, says := range map[string]string{
+		"CODEX_RELAY_OIDC_CLIENT_ID": "CODEX_RELAY_OIDC_CLIENT_ID is not",
+		"CODEX_RELAY_PUBLIC_URL":     "CODEX_RELAY_PUBLIC_URL is not",
+		"CODEX_RELAY_OIDC_ROLES":     "CODEX_RELAY_OIDC_ROLES",
+	} {
+		_, err := oidcSettings(with(k, ""))
+		assert.ErrorContains(t, err, says, k)
+	}
+}

@@ -83,6 +83,10 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	adminLogin := envOr(c, "CODEX_RELAY_ADMIN_TOKEN_LOGIN", "on")
+	if adminLogin != "on" && adminLogin != "off" {
+		return fmt.Errorf("serve: CODEX_RELAY_ADMIN_TOKEN_LOGIN %q: give on or off", adminLogin)
+	}
 	st, secret, admin, err := openRelayStore(ctx, c, db, log)
 	if err != nil {
 		return err
@@ -92,7 +96,7 @@ func runServe(ctx context.Context, c cli, args []string) error {
 	return serveRelay(ctx, c, *addr, *shutdown, app.Options{Store: st, Secret: secret, AdminTokenHash: admin.hash, Logger: log,
 		TokenURL: *tokenURL, AuthURL: *authURL, FallbackModel: *fallbackModel, AdvertiseURL: *advertise, Retention: retention, Location: loc, EnvProxy: envProxy,
 		StreamIdleTimeout: streamIdle, ClientCompression: clientCompression, UpstreamCompression: upstreamCompression,
-		Bridge: bridge.PoolConfig{MaxAge: laneMaxAge}, OIDC: sso}, nil)
+		Bridge: bridge.PoolConfig{MaxAge: laneMaxAge}, OIDC: sso, NoAdminTokenLogin: adminLogin == "off"}, nil)
 }
 
 // oidcSettings reads the console's single sign-on (CODEX_RELAY_OIDC_*,

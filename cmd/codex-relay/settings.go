@@ -77,6 +77,7 @@ var settings = []setting{
 	{envPrefix + "OIDC_ROLE_CLAIM", notSecret},
 	{envPrefix + "OIDC_ROLES", notSecret},
 	{envPrefix + "PUBLIC_URL", notSecret},
+	{envPrefix + "ADMIN_TOKEN_LOGIN", notSecret},
 	// the admin commands (accounts, keys, bindings, usage)
 	{envPrefix + "URL", notSecret},
 	{envPrefix + "API_TOKEN", secret}, // a person's token, before the admin token

@@ -104,3 +104,42 @@ func (s *Store) DeleteEndedConsoleSessions(ctx context.Context, now time.Time) (
 	}
 	return res.RowsAffected()
 }
+
+// ConsoleSessionsOf lists the sessions of user (""; the admin token's)
+// that stand at now: not signed out, not past their end. Newest first.
+func (s *Store) ConsoleSessionsOf(ctx context.Context, user string, now time.Time) ([]ConsoleSession, error) {
+	var rows []consoleSessionRow
+	var err error
+	const cols = `SELECT id, user_id, token_id, created_at, seen_at, expires_at, revoked_at FROM console_sessions`
+	if user == "" {
+		err = s.selectAll(ctx, &rows, cols+` WHERE user_id IS NULL AND revoked_at IS NULL AND expires_at > ? ORDER BY created_at DESC, id`, now.UnixMilli())
+	} else {
+		err = s.selectAll(ctx, &rows, cols+` WHERE user_id = ? AND revoked_at IS NULL AND expires_at > ? ORDER BY created_at DESC, id`, user, now.UnixMilli())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list console sessions: %w", err)
+	}
+	out := make([]ConsoleSession, len(rows))
+	for i, r := range rows {
+		out[i] = r.session()
+	}
+	return out, nil
+}
+
+// RevokeConsoleSessionsOf signs every session of user ("": the admin
+// token's) out at at, and reports how many stood.
+func (s *Store) RevokeConsoleSessionsOf(ctx context.Context, user string, at time.Time) (int64, error) {
+	var res sql.Result
+	var err error
+	if user == "" {
+		res, err = s.exec(ctx, `UPDATE console_sessions SET revoked_at = ? WHERE user_id IS NULL AND revoked_at IS NULL AND expires_at > ?`,
+			at.UnixMilli(), at.UnixMilli())
+	} else {
+		res, err = s.exec(ctx, `UPDATE console_sessions SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL AND expires_at > ?`,
+			at.UnixMilli(), user, at.UnixMilli())
+	}
+	if err != nil {
+		return 0, fmt.Errorf("revoke console sessions: %w", err)
+	}
+	return res.RowsAffected()
+}

@@ -62,3 +62,40 @@ func TestConsoleSessions(t *testing.T) {
 		assert.ErrorIs(t, err, store.ErrNotFound)
 	})
 }
+
+// A person's standing sessions are listed, newest first, and signed out
+// all at once; the admin token's (no user) are theirs apart.
+func TestConsoleSessionsOfAPerson(t *testing.T) {
+	eachWithClock(t, func(t *testing.T, s *store.Store, clk *clock) {
+		ctx := context.Background()
+		t0 := clk.Now()
+		mk := func(id, user string, created time.Time, ttl time.Duration) {
+			require.NoError(t, s.CreateConsoleSession(ctx, store.ConsoleSession{ID: id, UserID: user, Created: created, Seen: created, Expires: created.Add(ttl)}))
+		}
+		mk("a1", "usr_a", t0, time.Hour)
+		mk("a2", "usr_a", t0.Add(time.Minute), time.Hour)
+		mk("a3", "usr_a", t0, time.Minute) // ends before the list
+		mk("b1", "usr_b", t0, time.Hour)
+		mk("t1", "", t0, time.Hour)
+		require.NoError(t, s.RevokeConsoleSession(ctx, "a1", t0.Add(2*time.Minute)))
+		mk("a4", "usr_a", t0.Add(3*time.Minute), time.Hour)
+
+		ids := func(user string) []string {
+			got, err := s.ConsoleSessionsOf(ctx, user, t0.Add(5*time.Minute))
+			require.NoError(t, err)
+			var out []string
+			for _, cs := range got {
+				out = append(out, cs.ID)
+			}
+			return out
+		}
+		assert.Equal(t, []string{"a4", "a2"}, ids("usr_a"), "standing ones only, newest first")
+		assert.Equal(t, []string{"t1"}, ids(""), "the admin token's")
+		n, err := s.RevokeConsoleSessionsOf(ctx, "usr_a", t0.Add(6*time.Minute))
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), n)
+		assert.Empty(t, ids("usr_a"))
+		assert.Equal(t, []string{"b1"}, ids("usr_b"), "another person's stand")
+		assert.Equal(t, []string{"t1"}, ids(""))
+	})
+}

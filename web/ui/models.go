@@ -428,6 +428,15 @@ type Tokens struct {
 	Tokens              []TokenRow
 	Roles               []Option // the new token's role: theirs, or narrower
 	Created             *CreatedKey
+	// Sessions are the person's console sessions that stand (the admin
+	// token's, on the admin token's own page).
+	Sessions []SessionRow
+}
+
+// SessionRow is one standing console session.
+type SessionRow struct {
+	Created, Seen, Expires, Via string
+	This                        bool // the session this page is seen in
 }
 
 // TokenRow is one personal token, never its secret.

@@ -59,6 +59,9 @@ type Options struct {
 	// OIDC, when set, is the console's single sign-on; its provider is
 	// reached through EnvProxy unless it brings a client.
 	OIDC *web.OIDC
+	// NoAdminTokenLogin turns the admin token's console sign-in off once
+	// an admin person exists (web.Config.NoAdminTokenLogin).
+	NoAdminTokenLogin bool
 	// FallbackModel is the model a request asks for once it fell back to
 	// the fallback group; "": the client's.
 	FallbackModel string
@@ -168,7 +171,8 @@ func New(ln net.Listener, opts Options) (*Relay, error) {
 	}
 	srv := web.New(web.Config{Store: st, AdminTokenHash: opts.AdminTokenHash, Logger: log, Registry: reg, Gatherer: reg, Client: rl, Relay: rl,
 		SessionKey: derivedKey(opts.Secret, sessionKeyPurpose), Probe: probe, Location: opts.Location,
-		AuthURL: opts.AuthURL, SignInClient: up.Via, AlertSelf: self, KickAlerts: rl.KickAlerts, OIDC: opts.OIDC})
+		AuthURL: opts.AuthURL, SignInClient: up.Via, AlertSelf: self, KickAlerts: rl.KickAlerts, OIDC: opts.OIDC,
+		NoAdminTokenLogin: opts.NoAdminTokenLogin})
 	hs := httpServer(srv, log)
 	if opts.ReadHeaderTimeout > 0 {
 		hs.ReadHeaderTimeout = opts.ReadHeaderTimeout
