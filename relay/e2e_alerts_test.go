@@ -301,3 +301,31 @@ func TestAlertUpstreamErrors(t *testing.T) {
 	assert.Equal(t, alert.UpstreamErrors, d.event.Type)
 	assert.Equal(t, alert.Cleared, d.event.Data["state"])
 }
+
+// A replica whose heartbeat lapses without a clean stop (here: one that
+// renews its row once an hour) is recorded as departed by the replica that
+// finds it gone, which fires replica.lost once; a replica started after it
+// takes its place, and the clear follows. A clean stop is no loss.
+func TestAlertReplicaLost(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t)
+	dbURL, _, setup := replicaDatabase(t, "a1")
+	addWebhook(t, setup, rcv.srv.URL, "s", alert.ReplicaLost)
+	clean := startReplicaWith(t, dbURL, "replica-clean", replicaOptions{})
+	clean.stop() // a clean stop deletes its row: no departure
+	startReplicaWith(t, dbURL, "replica-lapsing", replicaOptions{heartbeat: time.Hour})
+	startReplicaWith(t, dbURL, "replica-a", replicaOptions{alerts: fastAlerts()})
+
+	fired := rcv.next(t)
+	assert.Equal(t, alert.ReplicaLost, fired.event.Type)
+	assert.Equal(t, alert.Fired, fired.event.Data["state"])
+	assert.Equal(t, "replica-lapsing", fired.event.Subject["name"])
+	assert.True(t, alert.Verify("s", fired.body, fired.header.Get(alert.SignatureHeader)), "signed")
+
+	startReplicaWith(t, dbURL, "replica-b", replicaOptions{})
+	cleared := rcv.next(t)
+	assert.Equal(t, alert.ReplicaLost, cleared.event.Type)
+	assert.Equal(t, alert.Cleared, cleared.event.Data["state"], "its place was taken")
+	assert.Equal(t, "replica-lapsing", cleared.event.Subject["name"])
+	assert.EqualValues(t, 2, rcv.calls.Load(), "the clean stop fired nothing")
+}

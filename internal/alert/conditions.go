@@ -270,3 +270,22 @@ func ErrorConditions(accts []store.Account, counts []store.AttemptCount, share f
 	}
 	return out
 }
+
+// ReplicaConditions are the replicas lost: each departure (a replica whose
+// heartbeat lapsed without a clean stop) until a replica started after it
+// registers, taking its place. reps are the replicas registered now.
+func ReplicaConditions(deps []store.ReplicaDeparture, reps []store.Replica) []Condition {
+	var out []Condition
+	for _, d := range deps {
+		replaced := slices.ContainsFunc(reps, func(r store.Replica) bool { return r.StartedAt.After(d.DepartedAt) })
+		if replaced {
+			continue
+		}
+		out = append(out, Condition{Type: ReplicaLost, Key: d.ID,
+			Subject: map[string]any{"replica_id": d.ID, "name": d.Name, "address": d.Address},
+			Data: map[string]any{"last_heartbeat_at": d.HeartbeatAt, "started_at": d.StartedAt, "departed_at": d.DepartedAt,
+				"message": fmt.Sprintf("Replica %s stopped heartbeating at %s without stopping cleanly: its threads moved to the other replicas.",
+					d.Name, d.HeartbeatAt.Format(time.RFC3339))}})
+	}
+	return out
+}

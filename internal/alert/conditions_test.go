@@ -91,3 +91,22 @@ func TestErrorConditions(t *testing.T) {
 	assert.Empty(t, ErrorConditions(accts, counts, 0.51, 10), "below the share")
 	assert.Empty(t, ErrorConditions(accts, counts, 0.5, 11), "too few attempts")
 }
+
+func TestReplicaConditions(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	deps := []store.ReplicaDeparture{
+		{ID: "rep_a", Name: "host:1", StartedAt: t0.Add(-time.Hour), HeartbeatAt: t0.Add(-time.Minute), DepartedAt: t0},
+		{ID: "rep_b", Name: "host:2", StartedAt: t0.Add(-time.Hour), HeartbeatAt: t0.Add(-time.Minute), DepartedAt: t0.Add(time.Minute)},
+	}
+	old := store.Replica{ID: "rep_c", StartedAt: t0.Add(-2 * time.Hour)}
+	assert.Equal(t, []string{"replica.lost rep_a", "replica.lost rep_b"}, typesAndKeys(ReplicaConditions(deps, []store.Replica{old})),
+		"a replica older than the departures takes no one's place")
+	fresh := store.Replica{ID: "rep_d", StartedAt: t0.Add(30 * time.Second)}
+	assert.Equal(t, []string{"replica.lost rep_b"}, typesAndKeys(ReplicaConditions(deps, []store.Replica{old, fresh})),
+		"one started after a departure takes its place")
+	c := ReplicaConditions(deps[:1], nil)[0]
+	assert.Equal(t, "host:1", c.Subject["name"])
+	assert.Contains(t, c.Data["message"], "host:1 stopped heartbeating")
+	assert.Empty(t, ReplicaConditions(nil, nil))
+}

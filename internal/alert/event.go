@@ -18,6 +18,7 @@ const (
 	PoolExhausted     = "pool.exhausted"
 	KeyLimitThreshold = "key.limit_threshold"
 	UpstreamErrors    = "upstream.errors"
+	ReplicaLost       = "replica.lost"
 	// Test is the event of the "send a test event" button; no webhook
 	// asks for it, it is sent to the one it was asked for.
 	Test = "webhook.test"
@@ -25,7 +26,7 @@ const (
 
 // Types are the event types a webhook may ask for, in the order the
 // console lists them.
-var Types = []string{AccountNeedsLogin, AccountExhausted, PoolExhausted, KeyLimitThreshold, UpstreamErrors}
+var Types = []string{AccountNeedsLogin, AccountExhausted, PoolExhausted, KeyLimitThreshold, UpstreamErrors, ReplicaLost}
 
 // KnownType reports whether a webhook may ask for typ.
 func KnownType(typ string) bool { return slices.Contains(Types, typ) }

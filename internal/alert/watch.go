@@ -100,6 +100,17 @@ func (w *Watcher) Check(ctx context.Context) error {
 		return err
 	}
 	conds = append(conds, ErrorConditions(accts, counts, w.cfg.ErrorShare, w.cfg.ErrorMinAttempts)...)
+	deps, err := w.cfg.Store.ReplicaDepartures(ctx)
+	if err != nil {
+		return err
+	}
+	if len(deps) > 0 {
+		reps, err := w.cfg.Store.Replicas(ctx, time.Time{}) // every row; deletes none
+		if err != nil {
+			return err
+		}
+		conds = append(conds, ReplicaConditions(deps, reps)...)
+	}
 	if w.cfg.Budget != nil {
 		for _, k := range keys {
 			if len(k.Limits) == 0 || !k.Usable(now) {

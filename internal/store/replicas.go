@@ -67,8 +67,20 @@ func (s *Store) Heartbeat(ctx context.Context, r Replica) error {
 }
 
 // Replicas lists the replicas whose last heartbeat is at or after since,
-// oldest first, and deletes the rows of those that stopped before it.
+// oldest first, and deletes the rows of those that stopped before it,
+// recorded as departures first (see ReplicaDepartures).
 func (s *Store) Replicas(ctx context.Context, since time.Time) ([]Replica, error) {
+	if !since.IsZero() {
+		now := s.now().UnixMilli()
+		if _, err := s.exec(ctx, `INSERT INTO replica_departures (id, name, address, started_at, heartbeat_at, departed_at)
+			SELECT id, name, address, started_at, heartbeat_at, ? FROM replicas WHERE heartbeat_at < ?
+			ON CONFLICT (id) DO NOTHING`, now, since.UnixMilli()); err != nil {
+			return nil, fmt.Errorf("record departed replicas: %w", err)
+		}
+		if _, err := s.exec(ctx, `DELETE FROM replica_departures WHERE departed_at < ?`, now-departureKeep.Milliseconds()); err != nil {
+			return nil, fmt.Errorf("forget old departures: %w", err)
+		}
+	}
 	if _, err := s.exec(ctx, `DELETE FROM replicas WHERE heartbeat_at < ?`, since.UnixMilli()); err != nil {
 		return nil, fmt.Errorf("delete dead replicas: %w", err)
 	}
@@ -81,6 +93,40 @@ func (s *Store) Replicas(ctx context.Context, since time.Time) ([]Replica, error
 	for i, r := range rows {
 		out[i] = Replica{ID: r.ID, Name: r.Name, Address: r.Address, StartedAt: time.UnixMilli(r.StartedAt).UTC(),
 			HeartbeatAt: time.UnixMilli(r.HeartbeatAt).UTC(), Lanes: json.RawMessage(r.Lanes)}
+	}
+	return out, nil
+}
+
+// departureKeep is how long a departure is remembered (and reported).
+const departureKeep = 24 * time.Hour
+
+// ReplicaDeparture is a replica whose heartbeat lapsed, without the clean
+// stop that deletes its row: killed, frozen, cut off.
+type ReplicaDeparture struct {
+	ID, Name, Address string
+	StartedAt         time.Time
+	HeartbeatAt       time.Time // its last
+	DepartedAt        time.Time // when another replica found it gone
+}
+
+// ReplicaDepartures lists the departures of the last day, oldest first.
+func (s *Store) ReplicaDepartures(ctx context.Context) ([]ReplicaDeparture, error) {
+	var rows []struct {
+		ID          string `db:"id"`
+		Name        string `db:"name"`
+		Address     string `db:"address"`
+		StartedAt   int64  `db:"started_at"`
+		HeartbeatAt int64  `db:"heartbeat_at"`
+		DepartedAt  int64  `db:"departed_at"`
+	}
+	if err := s.selectAll(ctx, &rows, `SELECT id, name, address, started_at, heartbeat_at, departed_at FROM replica_departures
+		ORDER BY departed_at, id`); err != nil {
+		return nil, fmt.Errorf("list replica departures: %w", err)
+	}
+	out := make([]ReplicaDeparture, len(rows))
+	for i, r := range rows {
+		out[i] = ReplicaDeparture{ID: r.ID, Name: r.Name, Address: r.Address, StartedAt: time.UnixMilli(r.StartedAt).UTC(),
+			HeartbeatAt: time.UnixMilli(r.HeartbeatAt).UTC(), DepartedAt: time.UnixMilli(r.DepartedAt).UTC()}
 	}
 	return out, nil
 }

@@ -46,10 +46,28 @@ func TestReplicaHeartbeats(t *testing.T) {
 		assert.True(t, list[0].HeartbeatAt.Equal(clk.Now()))
 		assert.True(t, list[0].StartedAt.Equal(start.Add(time.Second)), "a heartbeat keeps the start time")
 
+		deps, err := s.ReplicaDepartures(ctx)
+		require.NoError(t, err)
+		require.Len(t, deps, 1, "r1's lapse is recorded as it is deleted")
+		assert.Equal(t, "r1", deps[0].ID)
+		assert.Equal(t, "host:1", deps[0].Name)
+		assert.True(t, deps[0].HeartbeatAt.Equal(start), "its last heartbeat")
+		assert.True(t, deps[0].DepartedAt.Equal(clk.Now()))
+
 		require.NoError(t, s.RemoveReplica(ctx, "r2"))
 		list, err = s.Replicas(ctx, time.Time{})
 		require.NoError(t, err)
 		assert.Empty(t, list)
+		deps, err = s.ReplicaDepartures(ctx)
+		require.NoError(t, err)
+		assert.Len(t, deps, 1, "a clean stop is no departure")
+
+		clk.Add(25 * time.Hour)
+		_, err = s.Replicas(ctx, clk.Now().Add(-15*time.Second))
+		require.NoError(t, err)
+		deps, err = s.ReplicaDepartures(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, deps, "kept a day")
 	})
 }
 
