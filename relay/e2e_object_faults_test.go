@@ -1,11 +1,9 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"strings"
 	"testing"
@@ -52,21 +50,10 @@ func jsonRequest(t *testing.T, method, url, body string) *http.Request {
 
 func multipartRequest(t *testing.T, url string, fields ...[2]string) *http.Request {
 	t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	for _, f := range fields {
-		if f[0] == "file" || f[0] == "image" {
-			fw, err := mw.CreateFormFile(f[0], f[0]+".png")
-			require.NoError(t, err)
-			_, _ = io.WriteString(fw, f[1])
-			continue
-		}
-		require.NoError(t, mw.WriteField(f[0], f[1]))
-	}
-	require.NoError(t, mw.Close())
-	req, err := http.NewRequest(http.MethodPost, url, &buf)
+	body, ct := multipartBody(t, fields...)
+	req, err := http.NewRequest(http.MethodPost, url, body)
 	require.NoError(t, err)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Content-Type", ct)
 	return req
 }
 

@@ -1,12 +1,10 @@
 package web_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,21 +77,9 @@ func TestConsoleAccountsInABrowser(t *testing.T) {
 	started := time.Now().Add(-time.Second)
 	spec, err := json.Marshal(ids)
 	require.NoError(t, err)
-	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(sctx, node, filepath.Join(root, "web", "e2e", "accounts.mjs"))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "RELAY_URL="+ts.URL, "ADMIN_TOKEN="+e2eAdminToken, "CHROMIUM="+chromium, "OUT_DIR="+out,
+	stdout := runBrowserScript(t, root, node, "accounts.mjs", 3*time.Minute, "RELAY_URL="+ts.URL, "ADMIN_TOKEN="+e2eAdminToken, "CHROMIUM="+chromium, "OUT_DIR="+out,
 		"SIM_URL="+upstream.URL, "ACCOUNTS="+string(spec))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	t.Logf("accounts.mjs stdout:\n%s", stdout.String())
-	if stderr.Len() > 0 {
-		t.Logf("accounts.mjs stderr:\n%s", stderr.String())
-	}
-	require.NoError(t, runErr, "the browser script failed")
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	var result struct {
 		OK bool `json:"ok"`
 	}

@@ -54,6 +54,28 @@ func browserTools(t *testing.T, root string) (chromium, node string) {
 	return chromium, node
 }
 
+// runBrowserScript runs the browser script web/e2e/<script> with node in
+// root, within timeout, with env added to the test's (RELAY_URL, CHROMIUM,
+// OUT_DIR and the script's own), logs what it printed, fails the test when
+// it failed, and returns its standard output.
+func runBrowserScript(t *testing.T, root, node, script string, timeout time.Duration, env ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join(root, "web", "e2e", script))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	t.Logf("%s stdout:\n%s", script, stdout.String())
+	if stderr.Len() > 0 {
+		t.Logf("%s stderr:\n%s", script, stderr.String())
+	}
+	require.NoError(t, runErr, "the browser script failed")
+	return stdout.String()
+}
+
 // The console in a real browser, on a relay serving a real Codex: a Codex
 // turn binds its thread; the operator logs in, finds the binding on the
 // Bindings page, resets it there and sees it gone and audited; a form
@@ -143,21 +165,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	out := filepath.Join(root, "test-output", "console")
 	require.NoError(t, os.MkdirAll(out, 0o755))
 	started := time.Now().Add(-time.Second) // file times may be coarser than the clock
-	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(sctx, node, filepath.Join(root, "web", "e2e", "console.mjs"))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "RELAY_URL="+srv.URL, "ADMIN_TOKEN="+e2eAdminToken, "THREAD_ID="+first.ThreadID,
+	stdout := runBrowserScript(t, root, node, "console.mjs", 3*time.Minute, "RELAY_URL="+srv.URL, "ADMIN_TOKEN="+e2eAdminToken, "THREAD_ID="+first.ThreadID,
 		"CHROMIUM="+chromium, "OUT_DIR="+out, "BUDGETED_KEY="+budgeted.ID)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	t.Logf("console.mjs stdout:\n%s", stdout.String())
-	if stderr.Len() > 0 {
-		t.Logf("console.mjs stderr:\n%s", stderr.String())
-	}
-	require.NoError(t, runErr, "the browser script failed")
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	var result struct {
 		OK           bool   `json:"ok"`
 		ResetBinding string `json:"reset_binding"`

@@ -1,11 +1,9 @@
 package web_test
 
 import (
-	"bytes"
 	"context"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -51,20 +49,8 @@ func TestConsoleByRoleInABrowser(t *testing.T) {
 
 	out := filepath.Join(root, "test-output", "console")
 	require.NoError(t, os.MkdirAll(out, 0o755))
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(sctx, node, filepath.Join(root, "web", "e2e", "people.mjs"))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "RELAY_URL="+srv.URL, "ADMIN_TOKEN="+e2eAdminToken, "VIEWER_TOKEN="+viewerToken, "OPERATOR_TOKEN="+operatorToken,
+	runBrowserScript(t, root, node, "people.mjs", 2*time.Minute, "RELAY_URL="+srv.URL, "ADMIN_TOKEN="+e2eAdminToken, "VIEWER_TOKEN="+viewerToken, "OPERATOR_TOKEN="+operatorToken,
 		"ACCOUNT_ID="+acct.ID, "CHROMIUM="+chromium, "OUT_DIR="+out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	t.Logf("people.mjs stdout:\n%s", stdout.String())
-	if stderr.Len() > 0 {
-		t.Logf("people.mjs stderr:\n%s", stderr.String())
-	}
-	require.NoError(t, runErr, "the browser script failed")
 
 	a, err := st.Account(ctx, acct.ID)
 	require.NoError(t, err)

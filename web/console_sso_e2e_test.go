@@ -1,12 +1,10 @@
 package web_test
 
 import (
-	"bytes"
 	"context"
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -49,22 +47,10 @@ func TestSingleSignOnInABrowser(t *testing.T) {
 
 	out := filepath.Join(root, "test-output", "console")
 	require.NoError(t, os.MkdirAll(out, 0o755))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, filepath.Join(root, "web", "e2e", "sso.mjs"))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "RELAY_URL="+srv.URL, "PROVIDER_HOST="+provider.Hostname(), "EMAIL=ada@example.com",
+	runBrowserScript(t, root, node, "sso.mjs", 2*time.Minute, "RELAY_URL="+srv.URL, "PROVIDER_HOST="+provider.Hostname(), "EMAIL=ada@example.com",
 		"ROLE=operator", "CHROMIUM="+chromium, "OUT_DIR="+out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	t.Logf("sso.mjs stdout:\n%s", stdout.String())
-	if stderr.Len() > 0 {
-		t.Logf("sso.mjs stderr:\n%s", stderr.String())
-	}
-	require.NoError(t, runErr, "the browser script failed")
 
-	u, err := st.UserByEmail(ctx, "ada@example.com")
+	u, err := st.UserByEmail(context.Background(), "ada@example.com")
 	require.NoError(t, err)
 	assert.Equal(t, roles.Operator, u.Role)
 }

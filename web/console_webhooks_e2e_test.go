@@ -1,14 +1,12 @@
 package web_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -66,21 +64,9 @@ func TestConsoleWebhooksInABrowser(t *testing.T) {
 
 	out := filepath.Join(root, "test-output", "webhooks")
 	require.NoError(t, os.MkdirAll(out, 0o755))
-	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(sctx, node, filepath.Join(root, "web", "e2e", "webhooks.mjs"))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "RELAY_URL="+ts.URL, "ADMIN_TOKEN="+e2eAdminToken, "CHROMIUM="+chromium, "OUT_DIR="+out,
+	stdout := runBrowserScript(t, root, node, "webhooks.mjs", 3*time.Minute, "RELAY_URL="+ts.URL, "ADMIN_TOKEN="+e2eAdminToken, "CHROMIUM="+chromium, "OUT_DIR="+out,
 		"RECEIVER_URL="+rcv.URL+"/hook")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	t.Logf("webhooks.mjs stdout:\n%s", stdout.String())
-	if stderr.Len() > 0 {
-		t.Logf("webhooks.mjs stderr:\n%s", stderr.String())
-	}
-	require.NoError(t, runErr, "the browser script failed")
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	var result struct {
 		OK bool `json:"ok"`
 	}
