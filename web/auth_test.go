@@ -21,6 +21,10 @@ var publicConsoleRoutes = map[string]bool{
 	"GET /admin/login":    true,
 	"POST /admin/login":   true,
 	"GET /admin/static/*": true,
+	// The single sign-on, a way to a session (TestOIDCRefusals: nothing
+	// signs in without a sign-in this browser started).
+	"GET /admin/oidc/start":    true,
+	"GET /admin/oidc/callback": true,
 }
 
 // Every console route refuses a visitor without a valid session: reads are
