@@ -90,27 +90,61 @@ func (u *tui) pane() string {
 	return string(out)
 }
 
-// waitFor polls the pane until ok holds for it, within d.
+// waitFor polls the pane until ok holds for it, within d, and fails the
+// test when it does not.
 func (u *tui) waitFor(d time.Duration, what string, ok func(pane string) bool) string {
 	u.t.Helper()
+	p, held := u.await(d, ok)
+	if !held {
+		u.t.Fatalf("the TUI did not show %s within %s; it shows:\n%s", what, d, p)
+	}
+	return p
+}
+
+// await polls the pane until ok holds for it, within d, and reports
+// whether it did, with the last pane. Codex's offer to switch models near
+// a limit, which comes over the composer and the transcript, is declined
+// whenever it shows.
+func (u *tui) await(d time.Duration, ok func(pane string) bool) (string, bool) {
 	deadline := time.Now().Add(d)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		p := u.pane()
 		if ok(p) {
-			return p
+			return p, true
 		}
 		if strings.Contains(p, rateLimitOffer) && strings.Contains(p, "Keep current model") {
-			// Past 90% of a limit, Codex offers to switch models, over the
-			// composer and the transcript: declined.
 			require.NoError(u.t, exec.Command("tmux", "send-keys", "-t", u.session, "Escape").Run())
 		}
 		if time.Now().After(deadline) {
-			u.t.Fatalf("the TUI did not show %s within %s; it shows:\n%s", what, d, p)
+			return p, false
 		}
 		<-tick.C
 	}
+}
+
+// slashCommand runs a slash command (/status) and waits until ok holds for
+// the pane. The offer to switch models may come once a turn is over, and
+// take what is typed or the Enter: the command is typed again, up to three
+// times, until it shows what it should.
+func (u *tui) slashCommand(cmd, what string, ok func(pane string) bool) string {
+	u.t.Helper()
+	var p string
+	for try := 0; try < 3; try++ {
+		require.NoError(u.t, exec.Command("tmux", "send-keys", "-t", u.session, "C-u").Run())
+		require.NoError(u.t, exec.Command("tmux", "send-keys", "-t", u.session, "-l", cmd).Run())
+		if _, typed := u.await(30*time.Second, func(p string) bool { return strings.Contains(p, "› "+cmd) }); !typed {
+			continue
+		}
+		require.NoError(u.t, exec.Command("tmux", "send-keys", "-t", u.session, "Enter").Run())
+		var shown bool
+		if p, shown = u.await(20*time.Second, ok); shown {
+			return p
+		}
+	}
+	u.t.Fatalf("the TUI did not show %s after %s three times; it shows:\n%s", what, cmd, p)
+	return p
 }
 
 // rateLimitOffer heads Codex's offer to switch models near a limit.
@@ -184,22 +218,7 @@ func TestCodexTUIShowsTheKeysLimit(t *testing.T) {
 	}
 	assert.Contains(t, p, "of your daily limit left", "the TUI's warning names the key's window")
 	assert.NotContains(t, p, "5h limit", "the serving account's window")
-	// The offer to switch models may come once the turn is over, and take
-	// what is typed: the command is typed again until the composer shows it.
-	for try := 0; ; try++ {
-		require.Less(t, try, 3, "the composer never took /status")
-		require.NoError(t, exec.Command("tmux", "send-keys", "-t", u.session, "-l", "/status").Run())
-		p = u.waitFor(30*time.Second, "the typed /status (or the offer to switch models)", func(p string) bool {
-			return strings.Contains(p, "› /status") || strings.Contains(p, rateLimitOffer)
-		})
-		if !strings.Contains(p, rateLimitOffer) {
-			break
-		}
-		u.waitFor(30*time.Second, "the offer declined", func(p string) bool { return !strings.Contains(p, rateLimitOffer) })
-		require.NoError(t, exec.Command("tmux", "send-keys", "-t", u.session, "C-u").Run())
-	}
-	require.NoError(t, exec.Command("tmux", "send-keys", "-t", u.session, "Enter").Run())
-	p = u.waitFor(30*time.Second, "the /status card", func(p string) bool { return strings.Contains(p, "Model provider:") })
+	p = u.slashCommand("/status", "the /status card", func(p string) bool { return strings.Contains(p, "Model provider:") })
 	t.Logf("/status:\n%s", p)
 }
 
@@ -231,9 +250,8 @@ func TestCodexTUIStatusCardShowsTheKeysLimit(t *testing.T) {
 	u := startTUI(t, codex)
 	u.waitFor(time.Minute, "its composer", func(p string) bool { return strings.Contains(p, "Ask Codex to do anything") })
 	spent := used() / max * 100
-	u.submit("/status")
 	daily := regexp.MustCompile(`Daily limit:\s+\[[█░]+\] (\d+)% left`)
-	p := u.waitFor(30*time.Second, "the /status card's daily limit", func(p string) bool {
+	p := u.slashCommand("/status", "the /status card's daily limit", func(p string) bool {
 		return strings.Contains(p, "Model provider:") && daily.MatchString(p)
 	})
 	left, err := strconv.Atoi(daily.FindStringSubmatch(p)[1])
