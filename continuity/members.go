@@ -16,7 +16,7 @@ import (
 // escapes in its name, or the request is refused (CanonicalMembers).
 var (
 	decidedMembers = []string{"model", "previous_response_id", "prompt_cache_key", "conversation", "generate",
-		"stream", "input", "service_tier", "reasoning", "client_metadata"}
+		"stream", "input", "service_tier", "reasoning", "client_metadata", "store", "background"}
 	decidedReasoning = []string{"effort"}
 	decidedMetadata  = []string{"x-codex-turn-state", "x-codex-turn-metadata", "traceparent", "tracestate"}
 )

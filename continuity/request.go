@@ -33,7 +33,14 @@ type Fields struct {
 	// PromptCacheKey is the client's prompt_cache_key, a cache hint
 	// forwarded unchanged; "" when absent.
 	PromptCacheKey string
+	// Store and Background are "store": true and "background": true: the
+	// upstream keeps the response, to be read later (background implies
+	// it), and a background one runs apart from its request.
+	Store, Background bool
 }
+
+// Stored reports a request whose response the upstream keeps.
+func (f Fields) Stored() bool { return f.Store || f.Background }
 
 // RequestFields reads the fields of a Responses request body (a JSON object).
 // Keys match exactly, as the upstream matches them; a member the relay
@@ -85,6 +92,10 @@ func RequestFields(body []byte) (Fields, error) {
 			default:
 				setErr(errors.New("request body: stream is not a boolean"))
 			}
+		case "store":
+			f.Store = string(v) == "true"
+		case "background":
+			f.Background = string(v) == "true"
 		case "input":
 			input = v
 		}

@@ -25,6 +25,21 @@ func TestRequestFields(t *testing.T) {
 				Input: items(raw(`{"type":"function_call_output","call_id":"c1","output":"ok"}`))},
 		},
 		{
+			name: "stored and background",
+			body: `{"model":"m","store":true,"background":true}`,
+			want: Fields{Model: "m", Store: true, Background: true},
+		},
+		{
+			name: "store false, background absent",
+			body: `{"store":false}`,
+			want: Fields{},
+		},
+		{
+			name:    "background twice, read differently by relay and upstream",
+			body:    `{"background":false,"background":true}`,
+			wantErr: "background",
+		},
+		{
 			name: "prewarm",
 			body: `{"model":"m","generate":false,"input":[]}`,
 			want: Fields{Model: "m", Generate: boolp(false), Input: items()},

@@ -569,12 +569,6 @@ func statusClass(status int) string {
 	return "2xx"
 }
 
-// isBackground reports a Responses body with "background": true.
-func isBackground(body []byte) bool {
-	s, e, ok := memberValue(body, "background")
-	return ok && string(body[s:e]) == "true"
-}
-
 // storedPrevious places a Responses request whose previous_response_id
 // names a stored response the relay recorded (a background response,
 // perhaps created through another replica) and this replica's owner index
@@ -597,11 +591,4 @@ func (s *Server) storedPrevious(ctx context.Context, r *request) error {
 	}
 	r.objectOwner = o.AccountID
 	return nil
-}
-
-// isStored reports a Responses body with "store": true (or "background":
-// true, which stores): the upstream keeps the response, to be read later.
-func isStored(body []byte) bool {
-	s, e, ok := memberValue(body, "store")
-	return ok && string(body[s:e]) == "true" || isBackground(body)
 }

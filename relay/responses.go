@@ -75,7 +75,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, sub stri
 		s.writeFailure(w, err)
 		return
 	}
-	if sub == "" && !fields.Stream && isBackground(pol.body) {
+	if sub == "" && !fields.Stream && fields.Background {
 		s.serveBackground(w, r, cl, ident, pol)
 		return
 	}

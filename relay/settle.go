@@ -14,7 +14,7 @@ import (
 // watchStored has a stored response's attempt record the response as an
 // object of its account as soon as its id is known (see head.created).
 func (s *Server) watchStored(ctx context.Context, r *request, ch *choice, h *head) {
-	if isStored(r.body) {
+	if r.fields.Stored() {
 		h.created = func(id string) {
 			wctx, cancel := storeWriteContext(ctx)
 			defer cancel()
@@ -60,7 +60,7 @@ func (s *Server) settle(ctx context.Context, r *request, ch *choice, h *head, tr
 	}
 	if tr.responseID != "" {
 		s.owners.put(responseKey(tr.responseID), owner{account: acct, scope: r.client.scope()})
-		if isStored(r.body) {
+		if r.fields.Stored() {
 			// A stored response is an object of its account: read, deleted
 			// or continued through any replica, it goes there. This answer
 			// charged its usage; a later read does not again. (Its
