@@ -2,9 +2,7 @@ package web
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -167,15 +165,6 @@ func (o *oidcClient) oauth(p *oidc.Provider) *oauth2.Config {
 		RedirectURL: strings.TrimRight(o.cfg.PublicURL, "/") + oidcPath + "/callback", Scopes: scopes}
 }
 
-// randomToken is 32 random bytes, URL-safe.
-func randomToken() string {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("crypto/rand failed: " + err.Error())
-	}
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
 // oidcStart begins a sign-in: its state, nonce and PKCE verifier stored
 // for the callback (on whichever replica it reaches), the state also in
 // this browser's cookie, and the browser sent to the provider.
@@ -190,7 +179,7 @@ func (s *Server) oidcStart(c echo.Context) error {
 		return s.loginError(c, http.StatusBadGateway, "The single sign-on provider did not answer. Try again in a moment, or sign in with a token.")
 	}
 	now := s.cfg.Now()
-	l := store.OIDCLogin{State: randomToken(), Nonce: randomToken(), Verifier: oauth2.GenerateVerifier(),
+	l := store.OIDCLogin{State: store.NewSecret(""), Nonce: store.NewSecret(""), Verifier: oauth2.GenerateVerifier(),
 		Next: safeNext(c.QueryParam("next")), Created: now, Expires: now.Add(oidcLoginTTL)}
 	if err := s.cfg.Store.PutOIDCLogin(ctx, l); err != nil {
 		return err
