@@ -433,7 +433,8 @@ func deadUpstreamAddr(t *testing.T) string {
 // the phase ending first, the moment not coming within its deadline, and
 // every session gone by the time the profiles are written are errors.
 func TestBusyMomentWaitsForEverySessionsOutput(t *testing.T) {
-	t.Parallel()
+	// Not parallel: writing a heap profile reads runtime.MemProfileRate,
+	// which a parallel bench run with -busyprofile sets (a data race).
 	path := filepath.Join(t.TempDir(), "busy")
 	never := make(chan struct{})
 
